@@ -1,0 +1,364 @@
+//! Native store reader and writer. Arguments arrive already validated by the
+//! Python package; this layer only converts them and releases the GIL around the
+//! work.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use numpy::{PyArrayDescrMethods, PyReadonlyArray1, PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use zrecord::pool::{HostPool, DEFAULT_IDLE_LIMIT};
+use zrecord::ragged::RaggedView;
+use zrecord::{Codec, DType, Kind, Schema, Source, Store, Writer};
+
+use crate::allocator::HostAllocator;
+use crate::dlpack::DLTensor;
+use crate::errors::IntoPy;
+
+fn parse_dtype(name: &str) -> PyResult<DType> {
+    DType::from_name(name).ok_or_else(|| PyValueError::new_err(format!("unsupported dtype {name}")))
+}
+
+fn parse_codec(name: &str) -> PyResult<Codec> {
+    Codec::from_name(name).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "codec must be one of 'raw', 'zstd', 'zstd_dict', got {name:?}"
+        ))
+    })
+}
+
+/// The bytes of a host array: a C-contiguous NumPy array or a host DLTensor.
+fn host_bytes<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a [u8]> {
+    if let Ok(t) = obj.cast::<DLTensor>() {
+        let t: &DLTensor = t.get();
+        let bytes = t.host_bytes()?;
+        // SAFETY: the tensor object is borrowed for 'a and keeps its block alive.
+        return Ok(unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len()) });
+    }
+    let arr = obj
+        .cast::<PyUntypedArray>()
+        .map_err(|_| PyTypeError::new_err("expected a NumPy array or a loaderx DLTensor"))?;
+    if !arr.is_c_contiguous() {
+        return Err(PyValueError::new_err("the array must be C-contiguous"));
+    }
+    let nbytes = arr.len() * arr.dtype().itemsize();
+    if nbytes == 0 {
+        return Ok(&[]);
+    }
+    // SAFETY: a C-contiguous array of `len` items of `itemsize` bytes starts at
+    // `data`; the array object is borrowed for 'a, which keeps the memory alive.
+    Ok(unsafe {
+        let data = (*arr.as_array_ptr()).fields.data as *const u8;
+        std::slice::from_raw_parts(data, nbytes)
+    })
+}
+
+/// Reinterprets host bytes as `T`s, refusing misaligned or ragged lengths.
+fn typed<'a, T>(bytes: &'a [u8], what: &str) -> PyResult<&'a [T]> {
+    let size = std::mem::size_of::<T>();
+    if bytes.len() % size != 0 || (bytes.as_ptr() as usize) % std::mem::align_of::<T>() != 0 {
+        return Err(PyValueError::new_err(format!("{what} is not an aligned array of {size}-byte items")));
+    }
+    if bytes.is_empty() {
+        return Ok(&[]);
+    }
+    // SAFETY: aligned, whole items, and any bit pattern is a valid i32 / u64.
+    Ok(unsafe { std::slice::from_raw_parts(bytes.as_ptr() as *const T, bytes.len() / size) })
+}
+
+/// Record positions from a 1-D uint64 or int64 array, copied so that the array may
+/// change while the GIL is released without affecting the gather.
+fn positions(idx: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
+    if let Ok(a) = idx.extract::<PyReadonlyArray1<'_, u64>>() {
+        return Ok(a.as_slice()?.to_vec());
+    }
+    if let Ok(a) = idx.extract::<PyReadonlyArray1<'_, i64>>() {
+        let s = a.as_slice()?;
+        return s
+            .iter()
+            .map(|&v| {
+                u64::try_from(v).map_err(|_| {
+                    pyo3::exceptions::PyIndexError::new_err(format!(
+                        "position {v} is negative; positions are 0..len-1"
+                    ))
+                })
+            })
+            .collect();
+    }
+    Err(PyTypeError::new_err("positions must be a contiguous 1-D int64 or uint64 array"))
+}
+
+#[pyclass(module = "loaderx._native", name = "Store", frozen)]
+pub struct PyStore {
+    store: Arc<Store>,
+    root_pool: OnceLock<Arc<HostPool>>,
+}
+
+impl PyStore {
+    fn pool(&self, allocator: Option<&HostAllocator>) -> Arc<HostPool> {
+        match allocator {
+            Some(a) => a.pool().clone(),
+            None => self
+                .root_pool
+                .get_or_init(|| HostPool::new(DEFAULT_IDLE_LIMIT))
+                .clone(),
+        }
+    }
+
+    fn dense(&self, py: Python<'_>, idx: &[u64], shape: Vec<i64>, allocator: Option<&HostAllocator>) -> PyResult<DLTensor> {
+        let schema = self.store.schema();
+        let rb = schema.record_bytes().unwrap_or(0) as usize;
+        let pool = self.pool(allocator);
+        let store = &self.store;
+        let block = py
+            .detach(|| {
+                let mut block = pool.acquire(idx.len() * rb)?;
+                store.gather_dense(idx, block.as_mut_slice())?;
+                Ok(block)
+            })
+            .py_err()?;
+        Ok(DLTensor::new(Arc::new(block), 0, shape, schema.dtype))
+    }
+}
+
+#[pymethods]
+impl PyStore {
+    #[staticmethod]
+    fn open(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        let store = py.detach(|| Store::open(&path)).py_err()?;
+        Ok(PyStore {
+            store: Arc::new(store),
+            root_pool: OnceLock::new(),
+        })
+    }
+
+    fn __len__(&self) -> usize {
+        self.store.len() as usize
+    }
+
+    #[getter]
+    fn kind(&self) -> &'static str {
+        match self.store.schema().kind {
+            Kind::Dense => "dense",
+            Kind::Ragged => "ragged",
+        }
+    }
+
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        self.store.schema().dtype.name()
+    }
+
+    #[getter]
+    fn item_shape(&self) -> Vec<u64> {
+        self.store.schema().item_shape.clone()
+    }
+
+    #[getter]
+    fn ndim(&self) -> usize {
+        self.store.schema().ndim
+    }
+
+    #[getter]
+    fn codec(&self) -> &'static str {
+        self.store.schema().codec.name()
+    }
+
+    #[getter]
+    fn data_shards(&self) -> u8 {
+        self.store.schema().data_shards
+    }
+
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.store.path().to_path_buf()
+    }
+
+    /// Dense records at `idx` as one `(len(idx), *item_shape)` tensor.
+    #[pyo3(signature = (idx, allocator=None))]
+    fn gather_dense(&self, py: Python<'_>, idx: &Bound<'_, PyAny>, allocator: Option<PyRef<'_, HostAllocator>>) -> PyResult<DLTensor> {
+        let idx = positions(idx)?;
+        let mut shape = vec![idx.len() as i64];
+        shape.extend(self.store.schema().item_shape.iter().map(|&d| d as i64));
+        self.dense(py, &idx, shape, allocator.as_deref())
+    }
+
+    /// One Dense record, without the batch axis.
+    #[pyo3(signature = (pos, allocator=None))]
+    fn get_dense(&self, py: Python<'_>, pos: u64, allocator: Option<PyRef<'_, HostAllocator>>) -> PyResult<DLTensor> {
+        let shape = self.store.schema().item_shape.iter().map(|&d| d as i64).collect();
+        self.dense(py, &[pos], shape, allocator.as_deref())
+    }
+
+    /// Ragged records at `idx` as `(values, cu_seqlens, shapes)` in one allocation.
+    #[pyo3(signature = (idx, allocator=None))]
+    fn gather_ragged(
+        &self,
+        py: Python<'_>,
+        idx: &Bound<'_, PyAny>,
+        allocator: Option<PyRef<'_, HostAllocator>>,
+    ) -> PyResult<(DLTensor, DLTensor, DLTensor)> {
+        let idx = positions(idx)?;
+        let pool = self.pool(allocator.as_deref());
+        let store = &self.store;
+        let (block, layout) = py
+            .detach(|| {
+                let layout = store.ragged_layout(&idx)?;
+                let mut block = pool.acquire(layout.total)?;
+                store.gather_ragged(&idx, &layout, block.as_mut_slice())?;
+                Ok((block, layout))
+            })
+            .py_err()?;
+        let block = Arc::new(block);
+        let dtype = self.store.schema().dtype;
+        let n = layout.records as i64;
+        Ok((
+            DLTensor::new(block.clone(), 0, vec![layout.elements as i64], dtype),
+            DLTensor::new(block.clone(), layout.cu_offset, vec![n + 1], DType::I32),
+            DLTensor::new(block, layout.shapes_offset, vec![n, layout.ndim as i64], DType::U64),
+        ))
+    }
+
+    /// Checks every record's checksum and decoding.
+    fn verify(&self, py: Python<'_>) -> PyResult<()> {
+        let store = &self.store;
+        py.detach(|| store.verify()).py_err()
+    }
+
+    /// The `zstd_dict` dictionary, or None.
+    fn dictionary(&self, py: Python<'_>) -> PyResult<Option<Vec<u8>>> {
+        let store = &self.store;
+        py.detach(|| store.dictionary()).py_err()
+    }
+}
+
+#[pyclass(module = "loaderx._native", name = "Writer", frozen)]
+pub struct PyWriter {
+    inner: Mutex<Option<Writer>>,
+}
+
+impl PyWriter {
+    fn with<R>(&self, py: Python<'_>, f: impl FnOnce(&mut Writer) -> zrecord::Result<R> + Send) -> PyResult<R>
+    where
+        R: Send,
+    {
+        let mut guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let w = guard
+            .as_mut()
+            .ok_or_else(|| PyValueError::new_err("the writer is closed; a closed writer cannot append"))?;
+        py.detach(|| f(w)).py_err()
+    }
+
+    fn start(py: Python<'_>, path: PathBuf, schema: Schema, dict: Option<Vec<u8>>) -> PyResult<Self> {
+        let w = py.detach(|| Writer::create(&path, schema, dict.as_deref())).py_err()?;
+        Ok(PyWriter {
+            inner: Mutex::new(Some(w)),
+        })
+    }
+}
+
+fn source(release: bool) -> Source {
+    if release {
+        Source::ReadOnlyFileMapping
+    } else {
+        Source::Memory
+    }
+}
+
+#[pymethods]
+impl PyWriter {
+    #[staticmethod]
+    #[pyo3(signature = (path, dtype, item_shape, codec, data_shards, dict=None))]
+    fn create_dense(
+        py: Python<'_>,
+        path: PathBuf,
+        dtype: &str,
+        item_shape: Vec<u64>,
+        codec: &str,
+        data_shards: u8,
+        dict: Option<Vec<u8>>,
+    ) -> PyResult<Self> {
+        let schema = Schema::dense(parse_dtype(dtype)?, &item_shape, parse_codec(codec)?, data_shards).py_err()?;
+        Self::start(py, path, schema, dict)
+    }
+
+    #[staticmethod]
+    #[pyo3(signature = (path, dtype, ndim, codec, data_shards, dict=None))]
+    fn create_ragged(
+        py: Python<'_>,
+        path: PathBuf,
+        dtype: &str,
+        ndim: usize,
+        codec: &str,
+        data_shards: u8,
+        dict: Option<Vec<u8>>,
+    ) -> PyResult<Self> {
+        let schema = Schema::ragged(parse_dtype(dtype)?, ndim, parse_codec(codec)?, data_shards).py_err()?;
+        Self::start(py, path, schema, dict)
+    }
+
+    /// Appends `n` Dense records from a C-contiguous array or host DLTensor.
+    /// `release_source` promises the memory is a read-only file mapping.
+    #[pyo3(signature = (data, n, release_source=false))]
+    fn append_dense(&self, py: Python<'_>, data: &Bound<'_, PyAny>, n: usize, release_source: bool) -> PyResult<()> {
+        let bytes = host_bytes(data)?;
+        self.with(py, |w| w.append_dense(n, bytes, source(release_source)))
+    }
+
+    /// Appends a packed ragged batch given as three host arrays.
+    #[pyo3(signature = (values, cu_seqlens, shapes, release_source=false))]
+    fn append_ragged(
+        &self,
+        py: Python<'_>,
+        values: &Bound<'_, PyAny>,
+        cu_seqlens: &Bound<'_, PyAny>,
+        shapes: &Bound<'_, PyAny>,
+        release_source: bool,
+    ) -> PyResult<()> {
+        let view = RaggedView {
+            values: host_bytes(values)?,
+            cu_seqlens: typed::<i32>(host_bytes(cu_seqlens)?, "cu_seqlens")?,
+            shapes: typed::<u64>(host_bytes(shapes)?, "shapes")?,
+        };
+        self.with(py, |w| w.append_ragged(&view, source(release_source)))
+    }
+
+    fn __len__(&self) -> usize {
+        let guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        guard.as_ref().map_or(0, |w| w.len() as usize)
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).is_none()
+    }
+
+    /// Publishes the store. Closing twice is a no-op.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let w = self.inner.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match w {
+            Some(w) => py.detach(|| w.finish()).py_err(),
+            None => Ok(()),
+        }
+    }
+
+    /// Discards everything; nothing is published.
+    fn abort(&self, py: Python<'_>) {
+        let w = self.inner.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(w) = w {
+            py.detach(|| w.abort());
+        }
+    }
+}
+
+/// Validates a packed ragged batch without writing it (used by RaggedBatch).
+#[pyfunction]
+pub fn check_ragged(values: &Bound<'_, PyAny>, cu_seqlens: &Bound<'_, PyAny>, shapes: &Bound<'_, PyAny>, itemsize: usize, ndim: usize) -> PyResult<()> {
+    let view = RaggedView {
+        values: host_bytes(values)?,
+        cu_seqlens: typed::<i32>(host_bytes(cu_seqlens)?, "cu_seqlens")?,
+        shapes: typed::<u64>(host_bytes(shapes)?, "shapes")?,
+    };
+    view.check(itemsize, ndim).py_err()
+}

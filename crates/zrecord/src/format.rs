@@ -1,0 +1,364 @@
+//! The bytes on disk. `docs/FORMAT.md` describes the same layout for people; keep
+//! the two in step.
+//!
+//! A store is a directory holding `header.bin`, `index.bin`, `data-NNN.bin` for each
+//! data shard and, for `zstd_dict`, `dict.bin`. Every integer is little-endian.
+
+use std::path::Path;
+
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::codec::Codec;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+
+pub const MAGIC: [u8; 8] = *b"ZRECORD\0";
+pub const FORMAT_VERSION: u32 = 1;
+pub const HEADER_FILE: &str = "header.bin";
+pub const INDEX_FILE: &str = "index.bin";
+pub const DICT_FILE: &str = "dict.bin";
+/// Largest stored or logical size of one record.
+pub const MAX_RECORD_BYTES: u64 = 1 << 31;
+/// Largest number of dimensions of a record.
+pub const MAX_NDIM: usize = 32;
+/// Fixed part of an index entry: offset u64, stored length u32, shard u8, 3 zero
+/// bytes, xxh3-64 of the stored bytes. Ragged entries append the shape.
+pub const ENTRY_FIXED: usize = 24;
+
+pub fn data_file(shard: usize) -> String {
+    format!("data-{shard:03}.bin")
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    Dense = 0,
+    Ragged = 1,
+}
+
+/// The schema fixed at create time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Schema {
+    pub kind: Kind,
+    pub dtype: DType,
+    /// Dense: the item shape. Ragged: empty (only `ndim` matters).
+    pub item_shape: Vec<u64>,
+    pub ndim: usize,
+    pub codec: Codec,
+    pub data_shards: u8,
+}
+
+impl Schema {
+    pub fn dense(dtype: DType, item_shape: &[u64], codec: Codec, data_shards: u8) -> Result<Self> {
+        let s = Schema {
+            kind: Kind::Dense,
+            dtype,
+            item_shape: item_shape.to_vec(),
+            ndim: item_shape.len(),
+            codec,
+            data_shards,
+        };
+        s.validate()?;
+        Ok(s)
+    }
+
+    pub fn ragged(dtype: DType, ndim: usize, codec: Codec, data_shards: u8) -> Result<Self> {
+        let s = Schema {
+            kind: Kind::Ragged,
+            dtype,
+            item_shape: Vec::new(),
+            ndim,
+            codec,
+            data_shards,
+        };
+        s.validate()?;
+        Ok(s)
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.data_shards == 0 {
+            return Err(Error::Invalid("data_shards must be in 1..255, got 0".into()));
+        }
+        if self.ndim > MAX_NDIM {
+            return Err(Error::Invalid(format!(
+                "at most {MAX_NDIM} dimensions are supported, got {}",
+                self.ndim
+            )));
+        }
+        match self.kind {
+            Kind::Ragged if self.ndim == 0 => Err(Error::Invalid(
+                "Ragged needs ndim >= 1; scalar records have a fixed shape: use Dense with item_shape=()"
+                    .into(),
+            )),
+            Kind::Dense if self.record_bytes().is_none() => Err(Error::Invalid(format!(
+                "item_shape {:?} of {} makes a record larger than the 2 GiB limit",
+                self.item_shape,
+                self.dtype.name()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Logical bytes of one Dense record; `None` past the record limit.
+    pub fn record_bytes(&self) -> Option<u64> {
+        let mut n = self.dtype.itemsize() as u64;
+        for &d in &self.item_shape {
+            n = n.checked_mul(d)?;
+        }
+        (n <= MAX_RECORD_BYTES).then_some(n)
+    }
+
+    pub fn entry_size(&self) -> usize {
+        match self.kind {
+            Kind::Dense => ENTRY_FIXED,
+            Kind::Ragged => ENTRY_FIXED + 8 * self.ndim,
+        }
+    }
+}
+
+/// Everything `header.bin` holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub schema: Schema,
+    pub record_count: u64,
+    pub index_size: u64,
+    pub index_xxh3: u64,
+    pub dict_size: u64,
+    pub dict_xxh3: u64,
+    pub shard_sizes: Vec<u64>,
+}
+
+struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let s = self.buf.get(self.pos..self.pos.checked_add(n)?)?;
+        self.pos += n;
+        Some(s)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take(4).map(|b| u32::from_le_bytes(b.try_into().unwrap_or([0; 4])))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        self.take(8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+    }
+}
+
+impl Header {
+    pub fn encode(&self) -> Vec<u8> {
+        let s = &self.schema;
+        let mut b = Vec::with_capacity(96 + 8 * (s.item_shape.len() + s.data_shards as usize));
+        b.extend_from_slice(&MAGIC);
+        b.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b.push(s.kind as u8);
+        b.push(s.dtype as u8);
+        b.push(s.codec as u8);
+        b.push(s.data_shards);
+        b.extend_from_slice(&(s.ndim as u32).to_le_bytes());
+        b.extend_from_slice(&(s.entry_size() as u32).to_le_bytes());
+        b.extend_from_slice(&self.record_count.to_le_bytes());
+        b.extend_from_slice(&self.index_size.to_le_bytes());
+        b.extend_from_slice(&self.index_xxh3.to_le_bytes());
+        b.extend_from_slice(&self.dict_size.to_le_bytes());
+        b.extend_from_slice(&self.dict_xxh3.to_le_bytes());
+        for d in &s.item_shape {
+            b.extend_from_slice(&d.to_le_bytes());
+        }
+        for z in &self.shard_sizes {
+            b.extend_from_slice(&z.to_le_bytes());
+        }
+        let sum = xxh3_64(&b);
+        b.extend_from_slice(&sum.to_le_bytes());
+        b
+    }
+
+    /// Parses and checks `header.bin`; `path` only names the file in errors.
+    pub fn decode(buf: &[u8], path: &Path) -> Result<Header> {
+        let bad = |msg: &str| Error::corrupt(path, msg.to_string());
+        if buf.len() < MAGIC.len() || buf[..MAGIC.len()] != MAGIC {
+            return Err(bad("not a zrecord header (bad magic)"));
+        }
+        if buf.len() < 8 + 8 {
+            return Err(bad("header is truncated"));
+        }
+        let (body, tail) = buf.split_at(buf.len() - 8);
+        let mut c = Cursor { buf: body, pos: 8 };
+        let short = || bad("header is truncated");
+        let version = c.u32().ok_or_else(short)?;
+        if version != FORMAT_VERSION {
+            return Err(bad(&format!(
+                "format version {version} is not supported (this reader reads version {FORMAT_VERSION})"
+            )));
+        }
+        let stored_sum = u64::from_le_bytes(tail.try_into().map_err(|_| short())?);
+        if xxh3_64(body) != stored_sum {
+            return Err(bad("header checksum mismatch (the header is damaged)"));
+        }
+        let kind = match c.u8().ok_or_else(short)? {
+            0 => Kind::Dense,
+            1 => Kind::Ragged,
+            k => return Err(bad(&format!("unknown store kind {k}"))),
+        };
+        let dtype_code = c.u8().ok_or_else(short)?;
+        let dtype = DType::from_code(dtype_code)
+            .ok_or_else(|| bad(&format!("unknown dtype code {dtype_code}")))?;
+        let codec_code = c.u8().ok_or_else(short)?;
+        let codec = Codec::from_code(codec_code)
+            .ok_or_else(|| bad(&format!("unknown codec code {codec_code}")))?;
+        let data_shards = c.u8().ok_or_else(short)?;
+        let ndim = c.u32().ok_or_else(short)? as usize;
+        let entry_size = c.u32().ok_or_else(short)? as usize;
+        let record_count = c.u64().ok_or_else(short)?;
+        let index_size = c.u64().ok_or_else(short)?;
+        let index_xxh3 = c.u64().ok_or_else(short)?;
+        let dict_size = c.u64().ok_or_else(short)?;
+        let dict_xxh3 = c.u64().ok_or_else(short)?;
+        if ndim > MAX_NDIM {
+            return Err(bad(&format!("ndim {ndim} is out of range")));
+        }
+        let shape_len = if kind == Kind::Dense { ndim } else { 0 };
+        let item_shape = (0..shape_len)
+            .map(|_| c.u64().ok_or_else(short))
+            .collect::<Result<Vec<_>>>()?;
+        let shard_sizes = (0..data_shards)
+            .map(|_| c.u64().ok_or_else(short))
+            .collect::<Result<Vec<_>>>()?;
+        if c.pos != body.len() {
+            return Err(bad("header has trailing bytes"));
+        }
+        let schema = Schema {
+            kind,
+            dtype,
+            item_shape,
+            ndim,
+            codec,
+            data_shards,
+        };
+        schema.validate().map_err(|e| bad(&e.to_string()))?;
+        if entry_size != schema.entry_size() {
+            return Err(bad("index entry size disagrees with the schema"));
+        }
+        if Some(index_size) != record_count.checked_mul(entry_size as u64) {
+            return Err(bad("index size disagrees with the record count"));
+        }
+        if (codec == Codec::ZstdDict) != (dict_size > 0) {
+            return Err(bad("dictionary presence disagrees with the codec"));
+        }
+        Ok(Header {
+            schema,
+            record_count,
+            index_size,
+            index_xxh3,
+            dict_size,
+            dict_xxh3,
+            shard_sizes,
+        })
+    }
+}
+
+/// One record's index entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub offset: u64,
+    pub stored_len: u32,
+    pub shard: u8,
+    pub checksum: u64,
+}
+
+impl Entry {
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.offset.to_le_bytes());
+        out.extend_from_slice(&self.stored_len.to_le_bytes());
+        out.extend_from_slice(&[self.shard, 0, 0, 0]);
+        out.extend_from_slice(&self.checksum.to_le_bytes());
+    }
+
+    /// `raw` must hold at least `ENTRY_FIXED` bytes.
+    #[inline]
+    pub fn decode(raw: &[u8]) -> Entry {
+        Entry {
+            offset: le_u64(raw, 0),
+            stored_len: u32::from_le_bytes([raw[8], raw[9], raw[10], raw[11]]),
+            shard: raw[12],
+            checksum: le_u64(raw, 16),
+        }
+    }
+}
+
+#[inline]
+pub fn le_u64(raw: &[u8], at: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&raw[at..at + 8]);
+    u64::from_le_bytes(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header() -> Header {
+        Header {
+            schema: Schema::dense(DType::F32, &[3, 4], Codec::Zstd, 4).unwrap(),
+            record_count: 10,
+            index_size: 240,
+            index_xxh3: 7,
+            dict_size: 0,
+            dict_xxh3: 0,
+            shard_sizes: vec![1, 2, 3, 4],
+        }
+    }
+
+    #[test]
+    fn header_round_trips() {
+        let h = header();
+        let b = h.encode();
+        assert_eq!(Header::decode(&b, Path::new("h")).unwrap(), h);
+    }
+
+    #[test]
+    fn every_flipped_byte_is_caught() {
+        let b = header().encode();
+        for i in 0..b.len() {
+            let mut c = b.clone();
+            c[i] ^= 0x40;
+            assert!(
+                matches!(Header::decode(&c, Path::new("h")), Err(Error::Corrupt { .. })),
+                "byte {i}"
+            );
+        }
+        for n in 0..b.len() {
+            assert!(Header::decode(&b[..n], Path::new("h")).is_err(), "length {n}");
+        }
+    }
+
+    #[test]
+    fn entry_round_trips() {
+        let e = Entry {
+            offset: 1 << 40,
+            stored_len: 77,
+            shard: 254,
+            checksum: u64::MAX - 3,
+        };
+        let mut v = Vec::new();
+        e.encode_into(&mut v);
+        assert_eq!(v.len(), ENTRY_FIXED);
+        assert_eq!(Entry::decode(&v), e);
+    }
+
+    #[test]
+    fn schema_rules() {
+        assert!(Schema::ragged(DType::I32, 0, Codec::Raw, 4).is_err());
+        assert!(Schema::dense(DType::U8, &[1 << 31, 2], Codec::Raw, 1).is_err());
+        assert!(Schema::dense(DType::U8, &[], Codec::Raw, 0).is_err());
+        assert_eq!(
+            Schema::dense(DType::F64, &[], Codec::Raw, 1).unwrap().record_bytes(),
+            Some(8)
+        );
+    }
+}

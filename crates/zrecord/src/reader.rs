@@ -1,0 +1,405 @@
+//! An opened store: validated once at open, then gathered from without further
+//! checks on the hot path.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::codec::Decoder;
+use crate::error::{Error, IoContext, Result};
+use crate::format::{self, le_u64, Entry, Header, Kind, Schema, ENTRY_FIXED, MAX_RECORD_BYTES};
+use crate::ragged::{element_count, RaggedLayout};
+use crate::threads;
+
+/// Logical bytes below which a gather stays on the calling thread: handing work to
+/// another thread costs more than copying this much.
+const MIN_PART_BYTES: usize = 64 << 10;
+/// The same for compressed records, whose decoding costs far more per byte.
+const MIN_PART_BYTES_COMPRESSED: usize = 16 << 10;
+
+/// A record position as the caller gives it.
+pub trait Position: Copy + Send + Sync {
+    fn position(self) -> Option<u64>;
+    fn as_i128(self) -> i128;
+}
+
+impl Position for u64 {
+    #[inline]
+    fn position(self) -> Option<u64> {
+        Some(self)
+    }
+    fn as_i128(self) -> i128 {
+        self as i128
+    }
+}
+
+impl Position for i64 {
+    #[inline]
+    fn position(self) -> Option<u64> {
+        u64::try_from(self).ok()
+    }
+    fn as_i128(self) -> i128 {
+        self as i128
+    }
+}
+
+struct Shard {
+    path: PathBuf,
+    map: Option<Mmap>,
+}
+
+impl Shard {
+    #[inline]
+    fn bytes(&self) -> &[u8] {
+        self.map.as_deref().unwrap_or(&[])
+    }
+}
+
+pub struct Store {
+    path: PathBuf,
+    header: Header,
+    index: Option<Mmap>,
+    entry_size: usize,
+    shards: Vec<Shard>,
+    decoder: Decoder,
+}
+
+fn map_file(path: &Path, expected: u64, what: &str) -> Result<Option<Mmap>> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::corrupt(path, format!("{what} is missing")))
+        }
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    let size = file.metadata().at(path)?.len();
+    if size != expected {
+        return Err(Error::corrupt(
+            path,
+            format!("{what} is {size} bytes but the header says {expected} (truncated or extended)"),
+        ));
+    }
+    if size == 0 {
+        return Ok(None);
+    }
+    // SAFETY: published stores are immutable; nothing in this library writes to a
+    // published file, and the contract forbids others to.
+    let map = unsafe { Mmap::map(&file) }.at(path)?;
+    Ok(Some(map))
+}
+
+impl Store {
+    pub fn open(path: &Path) -> Result<Store> {
+        if cfg!(target_endian = "big") {
+            return Err(Error::Invalid(
+                "zrecord stores are little-endian; this host is big-endian".into(),
+            ));
+        }
+        if !path.exists() {
+            return Err(Error::NotFound(path.to_path_buf()));
+        }
+        let hp = path.join(format::HEADER_FILE);
+        let raw = match std::fs::read(&hp) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::corrupt(
+                    &hp,
+                    "missing: this directory is not a published zrecord store",
+                ))
+            }
+            Err(e) => return Err(Error::io(&hp, e)),
+        };
+        let header = Header::decode(&raw, &hp)?;
+        let ip = path.join(format::INDEX_FILE);
+        let index = map_file(&ip, header.index_size, "the index")?;
+        let sum = xxh3_64(index.as_deref().unwrap_or(&[]));
+        if sum != header.index_xxh3 {
+            return Err(Error::corrupt(&ip, "index checksum mismatch (the index is damaged)"));
+        }
+        let shards = header
+            .shard_sizes
+            .iter()
+            .enumerate()
+            .map(|(s, &size)| {
+                let p = path.join(format::data_file(s));
+                map_file(&p, size, "the data shard").map(|map| Shard { path: p, map })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let dict = if header.dict_size > 0 {
+            let dp = path.join(format::DICT_FILE);
+            let d = map_file(&dp, header.dict_size, "the dictionary")?;
+            let d = d.as_deref().unwrap_or(&[]).to_vec();
+            if xxh3_64(&d) != header.dict_xxh3 {
+                return Err(Error::corrupt(&dp, "dictionary checksum mismatch"));
+            }
+            Some(d)
+        } else {
+            None
+        };
+        let decoder = Decoder::new(header.schema.codec, dict.as_deref())
+            .map_err(|e| Error::corrupt(path, e.to_string()))?;
+        let store = Store {
+            path: path.to_path_buf(),
+            entry_size: header.schema.entry_size(),
+            header,
+            index,
+            shards,
+            decoder,
+        };
+        store.check_entries(&ip)?;
+        Ok(store)
+    }
+
+    /// Every entry must point inside its shard and agree with the schema, so that
+    /// no gather can read out of bounds whatever the files hold.
+    fn check_entries(&self, ip: &Path) -> Result<()> {
+        let schema = &self.header.schema;
+        let raw = schema.codec == crate::codec::Codec::Raw;
+        let isz = schema.dtype.itemsize() as u64;
+        for i in 0..self.len() {
+            let e = self.entry(i);
+            let bad = |msg: String| Err(Error::corrupt(ip, format!("record {i}: {msg}")));
+            let Some(shard) = self.shards.get(e.shard as usize) else {
+                return bad(format!("shard {} does not exist", e.shard));
+            };
+            if e.offset + e.stored_len as u64 > shard.bytes().len() as u64 {
+                return bad(format!("points past the end of {}", shard.path.display()));
+            }
+            let logical = match schema.kind {
+                Kind::Dense => schema.record_bytes().unwrap_or(0),
+                Kind::Ragged => match element_count(&self.shape(i)).and_then(|c| c.checked_mul(isz)) {
+                    Some(b) if b <= MAX_RECORD_BYTES => b,
+                    _ => return bad("shape is out of range".into()),
+                },
+            };
+            if raw && e.stored_len as u64 != logical {
+                return bad(format!("stores {} bytes, its shape needs {logical}", e.stored_len));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn schema(&self) -> &Schema {
+        &self.header.schema
+    }
+
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    pub fn len(&self) -> u64 {
+        self.header.record_count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The store's dictionary bytes, for `zstd_dict` stores.
+    pub fn dictionary(&self) -> Result<Option<Vec<u8>>> {
+        if self.header.dict_size == 0 {
+            return Ok(None);
+        }
+        let dp = self.path.join(format::DICT_FILE);
+        std::fs::read(&dp).at(&dp).map(Some)
+    }
+
+    #[inline]
+    fn entry_bytes(&self, i: u64) -> &[u8] {
+        let at = i as usize * self.entry_size;
+        &self.index.as_deref().unwrap_or(&[])[at..at + self.entry_size]
+    }
+
+    #[inline]
+    pub fn entry(&self, i: u64) -> Entry {
+        Entry::decode(self.entry_bytes(i))
+    }
+
+    /// Shape of Ragged record `i`, as raw little-endian u64 words.
+    #[inline]
+    fn shape_of(&self, i: u64) -> &[u8] {
+        &self.entry_bytes(i)[ENTRY_FIXED..]
+    }
+
+    pub fn shape(&self, i: u64) -> Vec<u64> {
+        self.shape_of(i).chunks_exact(8).map(|c| le_u64(c, 0)).collect()
+    }
+
+    #[inline]
+    fn stored(&self, e: &Entry) -> &[u8] {
+        let start = e.offset as usize;
+        &self.shards[e.shard as usize].bytes()[start..start + e.stored_len as usize]
+    }
+
+    fn check_positions<P: Position>(&self, idx: &[P]) -> Result<()> {
+        let len = self.len();
+        for &p in idx {
+            match p.position() {
+                Some(v) if v < len => {}
+                _ => return Err(Error::OutOfRange { index: p.as_i128(), len }),
+            }
+        }
+        Ok(())
+    }
+
+    fn decode_into(&self, session: &mut crate::codec::DecodeSession<'_>, pos: u64, dst: &mut [u8]) -> Result<()> {
+        let e = self.entry(pos);
+        session.decode(self.stored(&e), dst).map_err(|msg| {
+            Error::corrupt(&self.shards[e.shard as usize].path, format!("record {pos}: {msg}"))
+        })
+    }
+
+    fn min_part_bytes(&self) -> usize {
+        match self.header.schema.codec {
+            crate::codec::Codec::Raw => MIN_PART_BYTES,
+            _ => MIN_PART_BYTES_COMPRESSED,
+        }
+    }
+
+    /// Fills `out` with the Dense records at `idx`, in order.
+    pub fn gather_dense<P: Position>(&self, idx: &[P], out: &mut [u8]) -> Result<()> {
+        let schema = &self.header.schema;
+        if schema.kind != Kind::Dense {
+            return Err(Error::Invalid("gather_dense on a Ragged store".into()));
+        }
+        let rb = schema.record_bytes().unwrap_or(0) as usize;
+        if out.len() != idx.len() * rb {
+            return Err(Error::Invalid(format!(
+                "output holds {} bytes, {} records need {}",
+                out.len(),
+                idx.len(),
+                idx.len() * rb
+            )));
+        }
+        self.check_positions(idx)?;
+        if rb == 0 || idx.is_empty() {
+            return Ok(());
+        }
+        let parts = threads::part_count(out.len(), self.min_part_bytes());
+        let per = idx.len().div_ceil(parts);
+        let tasks: Vec<_> = idx.chunks(per).zip(out.chunks_mut(per * rb)).collect();
+        threads::run_parts(tasks, |(ids, dst)| {
+            let mut session = self.decoder.session();
+            for (&p, slot) in ids.iter().zip(dst.chunks_exact_mut(rb)) {
+                self.decode_into(&mut session, p.position().unwrap_or(0), slot)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Checks positions and computes where a Ragged gather of `idx` puts its bytes.
+    pub fn ragged_layout<P: Position>(&self, idx: &[P]) -> Result<RaggedLayout> {
+        let schema = &self.header.schema;
+        if schema.kind != Kind::Ragged {
+            return Err(Error::Invalid("a Ragged gather on a Dense store".into()));
+        }
+        self.check_positions(idx)?;
+        let isz = schema.dtype.itemsize() as u64;
+        let mut elements: u64 = 0;
+        for &p in idx {
+            // check_entries bounded each record, so this sum cannot overflow u64.
+            let bytes = self.logical_ragged_bytes(p.position().unwrap_or(0));
+            elements += bytes / isz;
+        }
+        RaggedLayout::new(idx.len(), schema.ndim, elements as usize, isz as usize)
+    }
+
+    #[inline]
+    fn logical_ragged_bytes(&self, pos: u64) -> u64 {
+        let mut n = self.header.schema.dtype.itemsize() as u64;
+        for w in self.shape_of(pos).chunks_exact(8) {
+            n = n.saturating_mul(le_u64(w, 0));
+        }
+        n
+    }
+
+    /// Fills `out` (exactly `layout.total` bytes) with the Ragged records at `idx`.
+    pub fn gather_ragged<P: Position>(
+        &self,
+        idx: &[P],
+        layout: &RaggedLayout,
+        out: &mut [u8],
+    ) -> Result<()> {
+        if out.len() != layout.total || layout.records != idx.len() {
+            return Err(Error::Invalid("output does not match the ragged layout".into()));
+        }
+        let isz = self.header.schema.dtype.itemsize();
+        let (values, meta) = out.split_at_mut(layout.cu_offset);
+        let (cu, shapes) = meta.split_at_mut(layout.shapes_offset - layout.cu_offset);
+        let mut acc: u64 = 0;
+        cu[..4].copy_from_slice(&0i32.to_le_bytes());
+        let shape_bytes = 8 * layout.ndim;
+        let mut sizes = Vec::with_capacity(idx.len());
+        for (k, &p) in idx.iter().enumerate() {
+            let pos = p.position().unwrap_or(0);
+            let bytes = self.logical_ragged_bytes(pos);
+            sizes.push(bytes as usize);
+            acc += bytes / isz as u64;
+            cu[4 * (k + 1)..4 * (k + 2)].copy_from_slice(&(acc as i32).to_le_bytes());
+            shapes[k * shape_bytes..(k + 1) * shape_bytes].copy_from_slice(self.shape_of(pos));
+        }
+        let values = &mut values[..layout.values_bytes];
+        // Split the records into parts of roughly equal bytes.
+        let parts = threads::part_count(layout.values_bytes, self.min_part_bytes());
+        let target = layout.values_bytes.div_ceil(parts).max(1);
+        let mut tasks = Vec::with_capacity(parts);
+        let mut rest = values;
+        let mut start = 0;
+        while start < idx.len() {
+            let (mut end, mut bytes) = (start, 0);
+            while end < idx.len() && (end == start || bytes < target) {
+                bytes += sizes[end];
+                end += 1;
+            }
+            let (dst, tail) = rest.split_at_mut(bytes);
+            rest = tail;
+            tasks.push((&idx[start..end], &sizes[start..end], dst));
+            start = end;
+        }
+        threads::run_parts(tasks, |(ids, sizes, dst)| {
+            let mut session = self.decoder.session();
+            let mut at = 0;
+            for (&p, &n) in ids.iter().zip(sizes) {
+                self.decode_into(&mut session, p.position().unwrap_or(0), &mut dst[at..at + n])?;
+                at += n;
+            }
+            Ok(())
+        })
+    }
+
+    /// Reads every record, checks its stored bytes against the index checksum and
+    /// decodes it; the first damaged record is reported with its file.
+    pub fn verify(&self) -> Result<()> {
+        let n = self.len();
+        let parts = threads::parallelism().max(1) as u64;
+        let per = n.div_ceil(parts).max(1);
+        let ranges: Vec<_> = (0..parts).map(|k| k * per..((k + 1) * per).min(n)).collect();
+        threads::run_parts(ranges, |range| {
+            let mut session = self.decoder.session();
+            let mut scratch = Vec::new();
+            for i in range {
+                let e = self.entry(i);
+                let stored = self.stored(&e);
+                if xxh3_64(stored) != e.checksum {
+                    return Err(Error::corrupt(
+                        &self.shards[e.shard as usize].path,
+                        format!("record {i}: checksum mismatch (the payload is damaged)"),
+                    ));
+                }
+                let logical = match self.header.schema.kind {
+                    Kind::Dense => self.header.schema.record_bytes().unwrap_or(0),
+                    Kind::Ragged => self.logical_ragged_bytes(i),
+                };
+                scratch.resize(logical as usize, 0);
+                self.decode_into(&mut session, i, &mut scratch)?;
+            }
+            Ok(())
+        })
+    }
+}

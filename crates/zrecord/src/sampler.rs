@@ -1,0 +1,1 @@
+//! Stateless batch functions of the Sampler (being written).

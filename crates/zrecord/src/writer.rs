@@ -1,0 +1,479 @@
+//! The append-only builder. Records go to `data_shards` payload files in parallel;
+//! `finish` publishes the directory atomically.
+//!
+//! Memory stays bounded however large one append is: the input is consumed in
+//! rounds of at most one chunk per shard, each chunk at most `CHUNK_BYTES` of
+//! logical data (or one record, if a record is larger). Raw chunks are written
+//! straight from the caller's memory; compressed chunks go through one reusable
+//! scratch buffer per concurrent task.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use xxhash_rust::xxh3::{xxh3_64, Xxh3};
+
+use crate::codec::{Codec, Encoder};
+use crate::error::{Error, IoContext, Result};
+use crate::format::{self, Entry, Header, Kind, Schema, MAX_RECORD_BYTES};
+use crate::ragged::RaggedView;
+use crate::threads;
+
+/// Logical bytes one shard task handles per round.
+pub const CHUNK_BYTES: usize = 4 << 20;
+/// Records one shard task handles per round, so that tiny records keep the
+/// per-round index buffer small too.
+const CHUNK_RECORDS: usize = 1 << 16;
+
+struct ShardFile {
+    file: File,
+    path: PathBuf,
+    size: u64,
+}
+
+pub struct Writer {
+    dest: PathBuf,
+    tmp: PathBuf,
+    schema: Schema,
+    encoder: Encoder,
+    dict_size: u64,
+    dict_xxh3: u64,
+    shards: Vec<ShardFile>,
+    index: BufWriter<File>,
+    index_path: PathBuf,
+    index_hasher: Xxh3,
+    index_size: u64,
+    count: u64,
+    next_shard: usize,
+    scratch: Mutex<Vec<Vec<u8>>>,
+    /// Set when an append failed half way: the files no longer describe a prefix
+    /// of the input, so nothing more may be written or published.
+    poisoned: Option<String>,
+    done: bool,
+}
+
+/// What the caller promises about the memory it appends from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// Ordinary memory; left alone.
+    Memory,
+    /// A read-only shared file mapping: consumed pages may be dropped from the
+    /// process (they stay in the page cache and read back the same), which keeps
+    /// resident memory flat while a memory-mapped source of any size is appended.
+    ReadOnlyFileMapping,
+}
+
+fn temp_sibling(dest: &Path) -> Result<PathBuf> {
+    let name = dest
+        .file_name()
+        .ok_or_else(|| Error::Invalid(format!("{}: not a valid store path", dest.display())))?;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let tmp_name = format!(
+        ".{}.tmp-{}-{:08x}",
+        name.to_string_lossy(),
+        std::process::id(),
+        nanos
+    );
+    Ok(dest.with_file_name(tmp_name))
+}
+
+fn fsync_dir(path: &Path) -> Result<()> {
+    File::open(path).and_then(|d| d.sync_all()).at(path)
+}
+
+/// Renames `from` to `to`, failing if `to` exists (even as an empty directory,
+/// which a plain rename would silently replace).
+fn rename_no_replace(from: &Path, to: &Path) -> Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::ffi::CString;
+        use std::os::unix::ffi::OsStrExt;
+        let c = |p: &Path| {
+            CString::new(p.as_os_str().as_bytes())
+                .map_err(|_| Error::Invalid(format!("{}: path contains a NUL byte", p.display())))
+        };
+        let (a, b) = (c(from)?, c(to)?);
+        // SAFETY: both are valid NUL-terminated paths; AT_FDCWD resolves them
+        // relative to the working directory like `fs::rename` does.
+        let rc = unsafe {
+            libc::renameat2(
+                libc::AT_FDCWD,
+                a.as_ptr(),
+                libc::AT_FDCWD,
+                b.as_ptr(),
+                libc::RENAME_NOREPLACE,
+            )
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = std::io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EEXIST) => return Err(Error::Exists(to.to_path_buf())),
+            // Filesystems without RENAME_NOREPLACE fall back to check-then-rename.
+            Some(libc::EINVAL) | Some(libc::ENOSYS) => {}
+            _ => return Err(Error::io(to, err)),
+        }
+    }
+    if to.symlink_metadata().is_ok() {
+        return Err(Error::Exists(to.to_path_buf()));
+    }
+    fs::rename(from, to).at(to)
+}
+
+/// Drops the whole pages inside `bytes` from this process's page tables.
+fn release_pages(bytes: &[u8]) {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as usize;
+    let start = bytes.as_ptr() as usize;
+    let first = start.div_ceil(page) * page;
+    let last = (start + bytes.len()) / page * page;
+    if last > first {
+        // SAFETY: the range lies inside memory the caller lent us and declared a
+        // read-only shared file mapping, where MADV_DONTNEED only drops page-table
+        // entries; a later access reads the same file bytes back.
+        unsafe {
+            libc::madvise(first as *mut libc::c_void, last - first, libc::MADV_DONTNEED);
+        }
+    }
+}
+
+impl Writer {
+    /// Starts a new store at `dest`, which must not exist. Parent directories are
+    /// created as needed.
+    pub fn create(dest: &Path, schema: Schema, dict: Option<&[u8]>) -> Result<Writer> {
+        if dest.symlink_metadata().is_ok() {
+            return Err(Error::Exists(dest.to_path_buf()));
+        }
+        let encoder = Encoder::new(schema.codec, dict)?;
+        if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
+            fs::create_dir_all(parent).at(parent)?;
+        }
+        let tmp = temp_sibling(dest)?;
+        fs::create_dir(&tmp).at(&tmp)?;
+        let w = Writer::in_dir(dest, tmp.clone(), schema, encoder, dict);
+        if w.is_err() {
+            let _ = fs::remove_dir_all(&tmp);
+        }
+        w
+    }
+
+    fn in_dir(
+        dest: &Path,
+        tmp: PathBuf,
+        schema: Schema,
+        encoder: Encoder,
+        dict: Option<&[u8]>,
+    ) -> Result<Writer> {
+        let open = |p: PathBuf| -> Result<(File, PathBuf)> {
+            let f = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&p)
+                .at(&p)?;
+            Ok((f, p))
+        };
+        let shards = (0..schema.data_shards as usize)
+            .map(|s| {
+                open(tmp.join(format::data_file(s))).map(|(file, path)| ShardFile {
+                    file,
+                    path,
+                    size: 0,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let (index, index_path) = open(tmp.join(format::INDEX_FILE))?;
+        let (dict_size, dict_xxh3) = match dict {
+            Some(d) => {
+                let (mut f, p) = open(tmp.join(format::DICT_FILE))?;
+                f.write_all(d).and_then(|_| f.sync_all()).at(&p)?;
+                (d.len() as u64, xxh3_64(d))
+            }
+            None => (0, 0),
+        };
+        Ok(Writer {
+            dest: dest.to_path_buf(),
+            tmp,
+            schema,
+            encoder,
+            dict_size,
+            dict_xxh3,
+            shards,
+            index: BufWriter::with_capacity(1 << 16, index),
+            index_path,
+            index_hasher: Xxh3::new(),
+            index_size: 0,
+            count: 0,
+            next_shard: 0,
+            scratch: Mutex::new(Vec::new()),
+            poisoned: None,
+            done: false,
+        })
+    }
+
+    pub fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    pub fn len(&self) -> u64 {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    fn check_usable(&self) -> Result<()> {
+        match &self.poisoned {
+            Some(why) => Err(Error::Invalid(format!(
+                "this writer can no longer be used: an earlier append failed ({why})"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Appends `n` Dense records laid end to end in `data`.
+    pub fn append_dense(&mut self, n: usize, data: &[u8], source: Source) -> Result<()> {
+        self.check_usable()?;
+        if self.schema.kind != Kind::Dense {
+            return Err(Error::Invalid("append_dense on a Ragged writer".into()));
+        }
+        let rb = self.schema.record_bytes().unwrap_or(0) as usize;
+        if n.checked_mul(rb) != Some(data.len()) {
+            return Err(Error::Invalid(format!(
+                "{} bytes are not {n} records of {rb} bytes",
+                data.len()
+            )));
+        }
+        self.append_records(n, data, |i| i * rb..(i + 1) * rb, None, source)
+    }
+
+    /// Appends a packed ragged batch.
+    pub fn append_ragged(&mut self, batch: &RaggedView<'_>, source: Source) -> Result<()> {
+        self.check_usable()?;
+        if self.schema.kind != Kind::Ragged {
+            return Err(Error::Invalid("append_ragged on a Dense writer".into()));
+        }
+        batch.check(self.schema.dtype.itemsize(), self.schema.ndim)?;
+        let isz = self.schema.dtype.itemsize();
+        let cu = batch.cu_seqlens;
+        self.append_records(
+            batch.len(),
+            batch.values,
+            |i| cu[i] as usize * isz..cu[i + 1] as usize * isz,
+            Some(batch.shapes),
+            source,
+        )
+    }
+
+    fn append_records<F>(
+        &mut self,
+        n: usize,
+        data: &[u8],
+        range: F,
+        shapes: Option<&[u64]>,
+        source: Source,
+    ) -> Result<()>
+    where
+        F: Fn(usize) -> Range<usize> + Sync,
+    {
+        for i in 0..n {
+            let len = range(i).len() as u64;
+            if len > MAX_RECORD_BYTES {
+                return Err(Error::Invalid(format!(
+                    "record {i} holds {len} bytes, over the 2 GiB limit of one record"
+                )));
+            }
+        }
+        let r = self.write_rounds(n, data, &range, shapes, source);
+        if let Err(e) = &r {
+            self.poisoned = Some(e.to_string());
+        }
+        r
+    }
+
+    fn write_rounds<F>(
+        &mut self,
+        n: usize,
+        data: &[u8],
+        range: &F,
+        shapes: Option<&[u64]>,
+        source: Source,
+    ) -> Result<()>
+    where
+        F: Fn(usize) -> Range<usize> + Sync,
+    {
+        let s = self.shards.len();
+        let total = data.len();
+        let target = total.div_ceil(s).clamp(1, CHUNK_BYTES);
+        let ndim = self.schema.ndim;
+        let mut i = 0;
+        let mut entries: Vec<Vec<Entry>> = Vec::new();
+        while i < n {
+            // Split the next round into at most one chunk per shard.
+            let mut chunks: Vec<Range<usize>> = Vec::with_capacity(s);
+            while chunks.len() < s && i < n {
+                let start = i;
+                let mut bytes = 0;
+                while i < n && (i == start || (bytes < target && i - start < CHUNK_RECORDS)) {
+                    bytes += range(i).len();
+                    i += 1;
+                }
+                chunks.push(start..i);
+            }
+            entries.resize_with(chunks.len(), Vec::new);
+            let first = self.next_shard;
+            let mut tasks = Vec::with_capacity(chunks.len());
+            let mut outs = entries.iter_mut();
+            let mut by_chunk: Vec<Option<&mut ShardFile>> = (0..chunks.len()).map(|_| None).collect();
+            for (sid, shard) in self.shards.iter_mut().enumerate() {
+                let k = (sid + s - first) % s;
+                if k < chunks.len() {
+                    by_chunk[k] = Some(shard);
+                }
+            }
+            for ((k, shard), chunk) in by_chunk.into_iter().enumerate().zip(&chunks) {
+                let (Some(shard), Some(out)) = (shard, outs.next()) else {
+                    continue;
+                };
+                tasks.push(((first + k) % s, shard, chunk.clone(), out));
+            }
+            let encoder = &self.encoder;
+            let scratch = &self.scratch;
+            threads::run_parts(tasks, |(sid, shard, chunk, out)| {
+                write_chunk(encoder, scratch, sid as u8, shard, data, range, chunk, out)
+            })?;
+            for (chunk, out) in chunks.iter().zip(&entries) {
+                let mut buf = Vec::with_capacity(out.len() * self.schema.entry_size());
+                for (rec, e) in chunk.clone().zip(out) {
+                    e.encode_into(&mut buf);
+                    if let Some(sh) = shapes {
+                        for d in &sh[rec * ndim..(rec + 1) * ndim] {
+                            buf.extend_from_slice(&d.to_le_bytes());
+                        }
+                    }
+                }
+                self.index.write_all(&buf).at(&self.index_path)?;
+                self.index_hasher.update(&buf);
+                self.index_size += buf.len() as u64;
+            }
+            self.count += (i - chunks[0].start) as u64;
+            self.next_shard = (first + chunks.len()) % s;
+            if source == Source::ReadOnlyFileMapping {
+                let consumed = range(chunks[0].start).start..range(i - 1).end;
+                release_pages(&data[consumed]);
+            }
+        }
+        Ok(())
+    }
+
+    /// Publishes the store: syncs every file, writes the header, and renames the
+    /// temporary directory into place.
+    pub fn finish(mut self) -> Result<()> {
+        self.check_usable()?;
+        self.index.flush().at(&self.index_path)?;
+        self.index.get_ref().sync_all().at(&self.index_path)?;
+        for sh in &self.shards {
+            sh.file.sync_all().at(&sh.path)?;
+        }
+        let header = Header {
+            schema: self.schema.clone(),
+            record_count: self.count,
+            index_size: self.index_size,
+            index_xxh3: self.index_hasher.digest(),
+            dict_size: self.dict_size,
+            dict_xxh3: self.dict_xxh3,
+            shard_sizes: self.shards.iter().map(|s| s.size).collect(),
+        };
+        let hp = self.tmp.join(format::HEADER_FILE);
+        let mut hf = OpenOptions::new().write(true).create_new(true).open(&hp).at(&hp)?;
+        hf.write_all(&header.encode()).and_then(|_| hf.sync_all()).at(&hp)?;
+        fsync_dir(&self.tmp)?;
+        rename_no_replace(&self.tmp, &self.dest)?;
+        self.done = true;
+        if let Some(parent) = self.dest.parent().filter(|p| !p.as_os_str().is_empty()) {
+            fsync_dir(parent)?;
+        }
+        Ok(())
+    }
+
+    /// Discards everything written; nothing appears at the destination.
+    pub fn abort(self) {
+        drop(self)
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = fs::remove_dir_all(&self.tmp);
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_chunk<F>(
+    encoder: &Encoder,
+    scratch: &Mutex<Vec<Vec<u8>>>,
+    sid: u8,
+    shard: &mut ShardFile,
+    data: &[u8],
+    range: &F,
+    chunk: Range<usize>,
+    out: &mut Vec<Entry>,
+) -> Result<()>
+where
+    F: Fn(usize) -> Range<usize>,
+{
+    out.clear();
+    let base = shard.size;
+    if encoder.codec() == Codec::Raw {
+        let mut offset = base;
+        for rec in chunk.clone() {
+            let bytes = &data[range(rec)];
+            out.push(Entry {
+                offset,
+                stored_len: bytes.len() as u32,
+                shard: sid,
+                checksum: xxh3_64(bytes),
+            });
+            offset += bytes.len() as u64;
+        }
+        let all = range(chunk.start).start..range(chunk.end - 1).end;
+        shard.file.write_all(&data[all]).at(&shard.path)?;
+        shard.size = offset;
+        return Ok(());
+    }
+    let mut buf = scratch
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .pop()
+        .unwrap_or_default();
+    buf.clear();
+    let result = (|| {
+        for rec in chunk {
+            let at = buf.len();
+            let n = encoder.encode(&data[range(rec)], &mut buf)?;
+            if n as u64 > u32::MAX as u64 {
+                return Err(Error::Invalid(format!("record {rec} does not fit the index when compressed")));
+            }
+            out.push(Entry {
+                offset: base + at as u64,
+                stored_len: n as u32,
+                shard: sid,
+                checksum: xxh3_64(&buf[at..]),
+            });
+        }
+        shard.file.write_all(&buf).at(&shard.path)?;
+        shard.size = base + buf.len() as u64;
+        Ok(())
+    })();
+    if buf.capacity() <= 2 * CHUNK_BYTES + (64 << 10) {
+        scratch.lock().unwrap_or_else(|e| e.into_inner()).push(buf);
+    }
+    result
+}
