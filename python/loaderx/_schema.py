@@ -1,0 +1,105 @@
+"""Validation of the arguments that define a store's schema."""
+
+from __future__ import annotations
+
+import numbers
+import operator
+
+import numpy as np
+
+CODECS = ("raw", "zstd", "zstd_dict")
+MAX_SHARDS = 255
+
+# Exactly the element types DLPack represents without loss.
+SUPPORTED = frozenset(
+    np.dtype(n)
+    for n in (
+        "bool",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "float32",
+        "float64",
+        "complex64",
+        "complex128",
+    )
+)
+
+
+def check_dtype(dtype: object) -> np.dtype:
+    """The NumPy dtype for `dtype`, or ValueError saying why it cannot be stored."""
+    try:
+        dt = np.dtype(dtype)  # type: ignore[call-overload]
+    except TypeError as e:
+        raise ValueError(f"dtype {dtype!r} is not a NumPy dtype: {e}") from None
+    if dt.fields is not None:
+        raise ValueError(f"structured dtype {dt} is not supported: store each field as its own stream")
+    if dt.subdtype is not None:
+        raise ValueError(
+            f"subarray dtype {dt} is not supported: put the subarray shape in item_shape instead"
+        )
+    if dt.metadata:
+        raise ValueError(f"dtype {dt} carries metadata, which a store cannot keep")
+    if dt.kind == "O":
+        raise ValueError("object dtype is not supported: records are typed arrays")
+    if dt.kind in "SUV":
+        raise ValueError(
+            f"string/bytes dtype {dt} is not supported: store encoded bytes as np.uint8 records"
+        )
+    if dt.kind in "mM":
+        raise ValueError(f"datetime dtype {dt} is not supported: store its int64 values instead")
+    if dt.itemsize == 0:
+        raise ValueError(f"dtype {dt} has zero itemsize")
+    if not dt.isnative:
+        raise ValueError(
+            f"dtype {dt.str} is not native-endian: convert with .astype({dt.newbyteorder('=').str!r}) first"
+        )
+    if dt not in SUPPORTED:
+        raise ValueError(f"dtype {dt} cannot be represented losslessly in DLPack")
+    return dt
+
+
+def check_int(value: object, name: str, lo: int, hi: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+    v = operator.index(value)
+    if v < lo or (hi is not None and v > hi):
+        bound = f"in {lo}..{hi}" if hi is not None else f">= {lo}"
+        raise ValueError(f"{name} must be {bound}, got {v}")
+    return v
+
+
+def check_item_shape(item_shape: object) -> tuple[int, ...]:
+    if isinstance(item_shape, numbers.Integral) and not isinstance(item_shape, bool):
+        item_shape = (item_shape,)
+    try:
+        dims = tuple(item_shape)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(
+            f"item_shape must be a tuple of ints, got {type(item_shape).__name__}"
+        ) from None
+    return tuple(check_int(d, "item_shape dimension", 0) for d in dims)
+
+
+def check_codec(codec: object, dict_bytes: object) -> bytes | None:
+    if not isinstance(codec, str) or codec not in CODECS:
+        raise ValueError(f"codec must be one of {', '.join(map(repr, CODECS))}, got {codec!r}")
+    if codec == "zstd_dict":
+        if dict_bytes is None:
+            raise ValueError(
+                "codec 'zstd_dict' needs dict_bytes; train one with loaderx.utils.train_dict"
+            )
+        if not isinstance(dict_bytes, (bytes, bytearray, memoryview)):
+            raise TypeError(f"dict_bytes must be bytes, got {type(dict_bytes).__name__}")
+        if len(dict_bytes) == 0:
+            raise ValueError("dict_bytes is empty")
+        return bytes(dict_bytes)
+    if dict_bytes is not None:
+        raise ValueError(f"dict_bytes is only used by codec 'zstd_dict', not {codec!r}")
+    return None

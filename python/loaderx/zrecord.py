@@ -1,0 +1,587 @@
+"""Zrecord: immutable, typed, ordered record containers.
+
+A creator (``Dense.create`` / ``Ragged.create``) consumes records in append order
+and ``close()`` publishes one immutable directory. Readers (``Dense.open`` /
+``Ragged.open``) gather any positions into one fresh output returned through
+DLPack: ``DLTensor`` for Dense, ``RaggedBatch`` for Ragged.
+
+Positions are sequence positions ``0..len-1``. Negative integers are refused with
+``IndexError`` rather than counted from the end: a position is a record's identity,
+and a wrapped ``-1`` would silently name a different record. Slices follow Python's
+slice rules (``ds[-3:]`` is the last three records) because a slice names a range,
+not an identity.
+"""
+
+from __future__ import annotations
+
+import io
+import mmap
+import numbers
+import os
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+from . import _native
+from ._schema import MAX_SHARDS, check_codec, check_dtype, check_int, check_item_shape
+
+__all__ = ["DLTensor", "Dense", "Ragged", "RaggedBatch", "ZrecordError"]
+
+DLTensor = _native.DLTensor
+ZrecordError = _native.ZrecordError
+DLTensor.__doc__ = """A DLPack-only view of a gathered batch or record.
+
+Consume it with ``np.from_dlpack(t)`` (shares memory), ``torch.from_dlpack(t)`` or
+``jax.dlpack.from_dlpack(t)``. It has ``shape``, ``dtype``, ``ndim``, ``nbytes`` and
+``device`` (the ``__dlpack_device__()`` pair), and deliberately no ``__array__``.
+"""
+
+_DL_CPU = 1
+
+
+class ModeError(io.UnsupportedOperation, TypeError):
+    """Reading a writer or writing a reader."""
+
+
+def _fspath(path: Any) -> str:
+    try:
+        return os.fspath(path)
+    except TypeError:
+        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}") from None
+
+
+def _is_readonly_mapping(a: np.ndarray) -> bool:
+    """True when `a`'s memory is a read-only shared file mapping (np.load with
+    mmap_mode='r'), whose consumed pages the writer may drop from memory."""
+    base: Any = a
+    while base is not None:
+        if isinstance(base, np.memmap):
+            return base.mode == "r"
+        if isinstance(base, mmap.mmap):
+            return False
+        base = getattr(base, "base", None)
+    return False
+
+
+def _host_array(data: Any, what: str) -> Any:
+    """A NumPy array or loaderx DLTensor for `data`, refusing anything that would
+    need coercion or a device transfer."""
+    if isinstance(data, (np.ndarray, DLTensor)):
+        return data
+    if hasattr(data, "__dlpack__"):
+        dev = data.__dlpack_device__() if hasattr(data, "__dlpack_device__") else (_DL_CPU, 0)
+        if int(dev[0]) != _DL_CPU:
+            raise ValueError(
+                f"{what} lives on DLPack device {tuple(dev)}; transfer it to the host explicitly"
+            )
+        return np.from_dlpack(data)
+    raise TypeError(
+        f"{what} must be a NumPy array, a CPU DLPack producer or a loaderx DLTensor, "
+        f"got {type(data).__name__} (append does not coerce)"
+    )
+
+
+def _positions(key: Any, n: int) -> int | np.ndarray:
+    """An int for a single position, or a 1-D int64/uint64 array for a batch."""
+    if isinstance(key, numbers.Integral) and not isinstance(key, (bool, np.bool_)):
+        i = int(key)
+        if i < 0 or i >= n:
+            raise IndexError(f"position {i} is out of range for a store of {n} records (0..{n - 1})")
+        return i
+    if isinstance(key, slice):
+        return np.arange(*key.indices(n), dtype=np.int64)
+    if isinstance(key, range):
+        return np.arange(key.start, key.stop, key.step, dtype=np.int64)
+    if isinstance(key, np.ndarray):
+        arr = key
+    elif isinstance(key, (tuple, list)):
+        if len(key) == 0:
+            return np.empty(0, dtype=np.int64)
+        if not all(
+            isinstance(k, numbers.Integral) and not isinstance(k, (bool, np.bool_)) for k in key
+        ):
+            raise TypeError("positions must be integers")
+        arr = np.asarray(key)
+    else:
+        raise TypeError(
+            f"a store is indexed by an int, a slice or a collection of ints, "
+            f"not {type(key).__name__}"
+        )
+    if arr.dtype.kind not in "iu":
+        if arr.size == 0:
+            return np.empty(0, dtype=np.int64)
+        raise TypeError(f"positions must be integers, got an array of {arr.dtype}")
+    if arr.ndim != 1:
+        raise ValueError(f"positions must be one-dimensional, got shape {arr.shape}")
+    if arr.dtype != np.int64 and arr.dtype != np.uint64:
+        arr = arr.astype(np.int64)
+    return np.ascontiguousarray(arr)
+
+
+class _Reader:
+    """What Dense and Ragged readers share: lifetime, metadata and index dispatch."""
+
+    _kind = ""
+
+    def __init__(self, native: Any, path: str, allocator: Any = None) -> None:
+        self._native = native
+        self._path = path
+        self._allocator = allocator
+        self._len = len(native)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]):
+        """Opens a published store for reading. Raises FileNotFoundError when the
+        path does not exist and ZrecordError when it is not an intact store of
+        this kind."""
+        p = _fspath(path)
+        native = _native.Store.open(p)
+        if native.kind != cls._kind:
+            raise ZrecordError(
+                f"{p}: is a {native.kind.capitalize()} store; open it with "
+                f"{native.kind.capitalize()}.open"
+            )
+        return cls(native, p)
+
+    def _store(self) -> Any:
+        if self._native is None:
+            raise ValueError(f"{self._path}: the store is closed")
+        return self._native
+
+    def _native_allocator(self) -> Any:
+        return None if self._allocator is None else self._allocator._native
+
+    def bind(self, allocator: Any) -> _Reader:
+        """A view of the same store whose outputs land in `allocator`'s memory."""
+        from .allocator import Allocator
+
+        if not isinstance(allocator, Allocator):
+            raise TypeError(
+                f"bind needs a loaderx.allocator.Allocator, got {type(allocator).__name__}"
+            )
+        return type(self)(self._store(), self._path, allocator)
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self._store().dtype)
+
+    @property
+    def codec(self) -> str:
+        return self._store().codec
+
+    @property
+    def data_shards(self) -> int:
+        return self._store().data_shards
+
+    @property
+    def allocator(self) -> Any:
+        return self._allocator
+
+    @property
+    def closed(self) -> bool:
+        return self._native is None
+
+    def __len__(self) -> int:
+        self._store()
+        return self._len
+
+    def __iter__(self) -> Iterator[Any]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def __getitem__(self, key: Any) -> Any:
+        store = self._store()
+        pos = _positions(key, self._len)
+        if isinstance(pos, int):
+            return self._one(store, pos)
+        return self._many(store, pos)
+
+    def verify(self) -> None:
+        """Reads every record and checks it against its checksum; raises
+        ZrecordError naming the file and record of the first damaged one."""
+        self._store().verify()
+
+    def append(self, data: Any) -> None:
+        raise ModeError(
+            f"{self._path}: opened for reading; published stores are immutable "
+            f"(write a new store with {type(self).__name__}.create)"
+        )
+
+    def close(self) -> None:
+        """Releases this reader. Batches already returned stay valid."""
+        self._native = None
+
+    def __enter__(self):
+        self._store()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._native is None else f"{self._len} records"
+        return f"{type(self).__name__}({self._path!r}, {state})"
+
+
+class _Writer:
+    """What Dense and Ragged writers share: lifetime and publish."""
+
+    def __init__(self, native: Any, path: str, dtype: np.dtype, codec: str, data_shards: int):
+        self._native = native
+        self._path = path
+        self._dtype = dtype
+        self._codec = codec
+        self._data_shards = data_shards
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._dtype
+
+    @property
+    def codec(self) -> str:
+        return self._codec
+
+    @property
+    def data_shards(self) -> int:
+        return self._data_shards
+
+    @property
+    def closed(self) -> bool:
+        return self._native.closed
+
+    def __len__(self) -> int:
+        """Records appended so far."""
+        return len(self._native)
+
+    def _check_open(self) -> None:
+        if self._native.closed:
+            raise ValueError(f"{self._path}: the writer is closed; a closed writer cannot append")
+
+    def close(self) -> None:
+        """Publishes the store atomically. Closing twice does nothing."""
+        self._native.close()
+
+    def abort(self) -> None:
+        """Discards everything appended; nothing is published."""
+        self._native.abort()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    def _refuse_read(self, *args: object) -> Any:
+        raise ModeError(
+            f"{self._path}: a writer cannot be read; close() it, then open the published store"
+        )
+
+    __getitem__ = _refuse_read
+    __iter__ = _refuse_read
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{len(self)} records appended"
+        return f"{type(self).__name__}({self._path!r}, {state})"
+
+
+def _create_args(path: Any, dtype: Any, codec: Any, data_shards: Any, dict_bytes: Any):
+    p = _fspath(path)
+    if os.path.lexists(p):
+        raise FileExistsError(f"{p}: already exists; stores are immutable, write a new path")
+    dt = check_dtype(dtype)
+    shards = check_int(data_shards, "data_shards", 1, MAX_SHARDS)
+    return p, dt, shards, check_codec(codec, dict_bytes)
+
+
+class DenseWriter(_Writer):
+    """Append-only builder of a Dense store; returned by ``Dense.create``."""
+
+    def __init__(self, native: Any, path: str, dtype: np.dtype, item_shape: tuple[int, ...],
+                 codec: str, data_shards: int):
+        super().__init__(native, path, dtype, codec, data_shards)
+        self._item_shape = item_shape
+
+    @property
+    def item_shape(self) -> tuple[int, ...]:
+        return self._item_shape
+
+    def append(self, data: Any) -> None:
+        """Appends ``n`` records from an array of exactly the schema's dtype and
+        shape ``(n, *item_shape)``: a C-contiguous NumPy array, a CPU DLPack
+        producer, or a loaderx DLTensor. Nothing is converted. Pass the whole
+        source in one call; memory stays bounded internally."""
+        self._check_open()
+        arr = _host_array(data, "data")
+        expected = (None, *self._item_shape)
+        shape = tuple(arr.shape)
+        if arr.dtype != self._dtype:
+            raise ValueError(f"expected dtype {self._dtype}, got {arr.dtype}")
+        if len(shape) != len(expected) or shape[1:] != self._item_shape:
+            want = "(n, " + ", ".join(map(str, self._item_shape)) + ")"
+            raise ValueError(f"expected shape {want.replace(', )', ')')}, got {shape}")
+        release = False
+        if isinstance(arr, np.ndarray):
+            if not arr.flags.c_contiguous:
+                raise ValueError(
+                    "expected a C-contiguous array, got a strided view; "
+                    "pass np.ascontiguousarray(data) if a copy is intended"
+                )
+            release = _is_readonly_mapping(arr)
+        self._native.append_dense(arr, shape[0], release)
+
+
+class Dense(_Reader):
+    """A Dense store: one fixed-shape array per record.
+
+    ``ds[i]`` is one record as a DLTensor of ``item_shape``; ``ds[i, j, k]``, a
+    list, an integer array or a slice is one stacked DLTensor of
+    ``(n, *item_shape)`` in the requested order."""
+
+    _kind = "dense"
+
+    @classmethod
+    def create(
+        cls,
+        path: str | os.PathLike[str],
+        dtype: Any,
+        item_shape: Iterable[int] | int,
+        *,
+        codec: str,
+        data_shards: int = 4,
+        dict_bytes: bytes | None = None,
+    ) -> DenseWriter:
+        """Starts a new Dense store at `path`, which must not exist."""
+        p, dt, shards, dct = _create_args(path, dtype, codec, data_shards, dict_bytes)
+        shape = check_item_shape(item_shape)
+        native = _native.Writer.create_dense(p, dt.name, list(shape), codec, shards, dct)
+        return DenseWriter(native, p, dt, shape, codec, shards)
+
+    @property
+    def item_shape(self) -> tuple[int, ...]:
+        return tuple(self._store().item_shape)
+
+    @property
+    def ndim(self) -> int:
+        """Dimensions of one record."""
+        return len(self.item_shape)
+
+    def _one(self, store: Any, pos: int) -> DLTensor:
+        return store.get_dense(pos, self._native_allocator())
+
+    def _many(self, store: Any, pos: np.ndarray) -> DLTensor:
+        return store.gather_dense(pos, self._native_allocator())
+
+    def gather(self, positions: np.ndarray) -> DLTensor:
+        """Batch read of a contiguous 1-D int64/uint64 position array, without
+        the dispatch of ``__getitem__``: the loader's hot path."""
+        return self._store().gather_dense(positions, self._native_allocator())
+
+
+class RaggedBatch:
+    """A packed batch of variable-shape records of one dtype and ndim.
+
+    ``values`` holds every record's elements laid end to end, ``cu_seqlens`` the
+    ``n + 1`` int32 element offsets (starting at 0) and ``shapes`` the ``(n, ndim)``
+    uint64 record shapes. Reads return the three as DLTensors sharing one
+    allocation; the same object is what ``Ragged.append`` takes."""
+
+    __slots__ = ("values", "cu_seqlens", "shapes")
+
+    def __init__(self, values: Any, cu_seqlens: Any, shapes: Any) -> None:
+        v = _host_array(values, "values")
+        c = _host_array(cu_seqlens, "cu_seqlens")
+        s = _host_array(shapes, "shapes")
+        if len(v.shape) != 1:
+            raise ValueError(f"values must be one-dimensional, got shape {tuple(v.shape)}")
+        check_dtype(v.dtype)
+        if c.dtype != np.int32 or len(c.shape) != 1:
+            raise ValueError(
+                f"cu_seqlens must be a 1-D int32 array, got {c.dtype} of shape {tuple(c.shape)}"
+            )
+        if s.dtype != np.uint64 or len(s.shape) != 2:
+            raise ValueError(
+                f"shapes must be a 2-D uint64 array (n, ndim), got {s.dtype} of shape {tuple(s.shape)}"
+            )
+        if s.shape[1] < 1:
+            raise ValueError("shapes must have ndim >= 1 columns")
+        if s.shape[0] + 1 != c.shape[0]:
+            raise ValueError(
+                f"cu_seqlens holds {c.shape[0]} offsets but shapes describes {s.shape[0]} records; "
+                "it needs n + 1"
+            )
+        for name, a in (("values", v), ("cu_seqlens", c), ("shapes", s)):
+            if isinstance(a, np.ndarray) and not a.flags.c_contiguous:
+                raise ValueError(f"{name} must be C-contiguous")
+        _native.check_ragged(v, c, s, v.dtype.itemsize, s.shape[1])
+        self.values, self.cu_seqlens, self.shapes = v, c, s
+
+    @classmethod
+    def _trusted(cls, values: Any, cu_seqlens: Any, shapes: Any) -> RaggedBatch:
+        b = object.__new__(cls)
+        b.values, b.cu_seqlens, b.shapes = values, cu_seqlens, shapes
+        return b
+
+    @classmethod
+    def from_records(cls, records: Iterable[Any]) -> RaggedBatch:
+        """Packs a finite iterable of NumPy arrays of one dtype and ndim (>= 1)."""
+        if isinstance(records, np.ndarray):
+            raise TypeError(
+                "from_records takes an iterable of record arrays; for one fixed-shape array "
+                "use Dense, or iterate it explicitly with list(array)"
+            )
+        arrays = []
+        for i, r in enumerate(records):
+            if not isinstance(r, np.ndarray):
+                raise TypeError(f"record {i} is a {type(r).__name__}, expected a NumPy array")
+            arrays.append(r)
+        if not arrays:
+            raise ValueError(
+                "from_records needs at least one record to know the dtype and ndim; "
+                "build an empty batch with RaggedBatch(values, cu_seqlens, shapes)"
+            )
+        dt, nd = arrays[0].dtype, arrays[0].ndim
+        if nd == 0:
+            raise ValueError("record 0 is 0-dimensional; Ragged records need ndim >= 1")
+        for i, r in enumerate(arrays):
+            if r.dtype != dt:
+                raise ValueError(f"record {i} has dtype {r.dtype}, record 0 has {dt}")
+            if r.ndim != nd:
+                raise ValueError(f"record {i} has ndim {r.ndim}, record 0 has {nd}")
+        check_dtype(dt)
+        sizes = np.fromiter((r.size for r in arrays), dtype=np.int64, count=len(arrays))
+        total = int(sizes.sum())
+        if total > np.iinfo(np.int32).max:
+            raise ValueError(f"{total} elements overflow int32 cu_seqlens; split the records")
+        cu = np.zeros(len(arrays) + 1, dtype=np.int32)
+        np.cumsum(sizes, out=cu[1:])
+        values = np.empty(total, dtype=dt)
+        for r, a, b in zip(arrays, cu[:-1], cu[1:]):
+            values[a:b] = r.reshape(-1)
+        shapes = np.array([r.shape for r in arrays], dtype=np.uint64).reshape(len(arrays), nd)
+        return cls._trusted(values, cu, shapes)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.values.dtype)
+
+    @property
+    def ndim(self) -> int:
+        """Dimensions of each record."""
+        return int(self.shapes.shape[1])
+
+    @property
+    def device(self) -> tuple[int, int]:
+        v = self.values
+        return tuple(v.device) if isinstance(v, DLTensor) else (_DL_CPU, 0)
+
+    def __len__(self) -> int:
+        return int(self.shapes.shape[0])
+
+    def to_tensors(self) -> list[Any]:
+        """Per-record views restored to their shapes, sharing this batch's memory.
+        Host batches only."""
+        if self.device[0] != _DL_CPU:
+            raise ValueError("to_tensors needs a host batch; consume device batches packed")
+        values = np.from_dlpack(self.values) if isinstance(self.values, DLTensor) else self.values
+        cu = np.from_dlpack(self.cu_seqlens) if isinstance(self.cu_seqlens, DLTensor) else self.cu_seqlens
+        shapes = np.from_dlpack(self.shapes) if isinstance(self.shapes, DLTensor) else self.shapes
+        out = []
+        for k in range(len(self)):
+            out.append(values[cu[k]:cu[k + 1]].reshape(tuple(int(d) for d in shapes[k])))
+        return out
+
+    def __repr__(self) -> str:
+        return f"RaggedBatch({len(self)} records, dtype={self.dtype}, ndim={self.ndim})"
+
+
+class RaggedWriter(_Writer):
+    """Append-only builder of a Ragged store; returned by ``Ragged.create``."""
+
+    def __init__(self, native: Any, path: str, dtype: np.dtype, ndim: int, codec: str,
+                 data_shards: int):
+        super().__init__(native, path, dtype, codec, data_shards)
+        self._ndim = ndim
+
+    @property
+    def ndim(self) -> int:
+        return self._ndim
+
+    def append(self, batch: RaggedBatch) -> None:
+        """Appends every record of a packed RaggedBatch of the schema's dtype and
+        ndim. Build one from record arrays with RaggedBatch.from_records."""
+        self._check_open()
+        if not isinstance(batch, RaggedBatch):
+            raise TypeError(
+                f"Ragged.append takes a RaggedBatch, got {type(batch).__name__}; "
+                "use RaggedBatch.from_records(records) to pack record arrays"
+            )
+        if batch.dtype != self._dtype:
+            raise ValueError(f"expected dtype {self._dtype}, got {batch.dtype}")
+        if batch.ndim != self._ndim:
+            raise ValueError(f"expected records of ndim {self._ndim}, got ndim {batch.ndim}")
+        if batch.device[0] != _DL_CPU:
+            raise ValueError("append needs a host batch; transfer it explicitly first")
+        v = batch.values
+        release = isinstance(v, np.ndarray) and _is_readonly_mapping(v)
+        self._native.append_ragged(v, batch.cu_seqlens, batch.shapes, release)
+
+
+class Ragged(_Reader):
+    """A Ragged store: variable-shape records of one dtype and ndim >= 1.
+
+    ``rs[i]`` is a one-record RaggedBatch; any collection of positions is one
+    RaggedBatch in the requested order."""
+
+    _kind = "ragged"
+
+    @classmethod
+    def create(
+        cls,
+        path: str | os.PathLike[str],
+        dtype: Any,
+        *,
+        ndim: int,
+        codec: str,
+        data_shards: int = 4,
+        dict_bytes: bytes | None = None,
+    ) -> RaggedWriter:
+        """Starts a new Ragged store at `path`, which must not exist."""
+        p, dt, shards, dct = _create_args(path, dtype, codec, data_shards, dict_bytes)
+        nd = check_int(ndim, "ndim", 0)
+        if nd == 0:
+            raise ValueError(
+                "Ragged needs ndim >= 1; scalar records have a fixed shape: "
+                "use Dense with item_shape=()"
+            )
+        native = _native.Writer.create_ragged(p, dt.name, nd, codec, shards, dct)
+        return RaggedWriter(native, p, dt, nd, codec, shards)
+
+    @property
+    def ndim(self) -> int:
+        """Dimensions of each record."""
+        return self._store().ndim
+
+    def _one(self, store: Any, pos: int) -> RaggedBatch:
+        return self._many(store, np.array([pos], dtype=np.int64))
+
+    def _many(self, store: Any, pos: np.ndarray) -> RaggedBatch:
+        return RaggedBatch._trusted(*store.gather_ragged(pos, self._native_allocator()))
+
+    def gather(self, positions: np.ndarray) -> RaggedBatch:
+        """Batch read of a contiguous 1-D int64/uint64 position array: the
+        loader's hot path."""
+        return RaggedBatch._trusted(
+            *self._store().gather_ragged(positions, self._native_allocator())
+        )
