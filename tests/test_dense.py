@@ -6,13 +6,25 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import host
 
-from loaderx.zrecord import Dense, DLTensor, ZrecordError
+from conftest import host
+from loaderx.zrecord import Dense, DLTensor
 
 DTYPES = [
-    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
-    np.uint64, np.float16, np.float32, np.float64, np.complex64, np.complex128,
+    np.bool_,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.uint64,
+    np.float16,
+    np.float32,
+    np.float64,
+    np.complex64,
+    np.complex128,
 ]
 
 
@@ -72,7 +84,9 @@ def test_record_counts_and_shards(tmp_path, rng, n, shards):
             idx = rng.integers(0, n, 300)
             assert np.array_equal(host(ds[idx]), data[idx])
     files = sorted(os.listdir(tmp_path / "s"))
-    assert files == sorted(["header.bin", "index.bin"] + [f"data-{s:03d}.bin" for s in range(shards)])
+    assert files == sorted(
+        ["header.bin", "index.bin"] + [f"data-{s:03d}.bin" for s in range(shards)]
+    )
 
 
 def test_records_larger_than_one_mib(tmp_path, rng):
@@ -102,8 +116,15 @@ def test_indexing_forms(tmp_path, rng):
         assert np.array_equal(host(ds[(19, 0)]), data[[19, 0]])
         for dt in (np.int8, np.int32, np.int64, np.uint16, np.uint64):
             assert np.array_equal(host(ds[np.array([2, 9, 2], dtype=dt)]), data[[2, 9, 2]])
-        for s in (slice(None), slice(2, 9), slice(None, None, 3), slice(18, 2, -4),
-                  slice(-3, None), slice(5, 5), slice(100, 200)):
+        for s in (
+            slice(None),
+            slice(2, 9),
+            slice(None, None, 3),
+            slice(18, 2, -4),
+            slice(-3, None),
+            slice(5, 5),
+            slice(100, 200),
+        ):
             assert np.array_equal(host(ds[s]), data[s]), s
         assert np.array_equal(host(ds[range(1, 10, 4)]), data[1:10:4])
         for empty in ([], (), np.array([], dtype=np.int64), slice(3, 3)):
@@ -201,7 +222,7 @@ def test_concurrent_gathers_are_exact(tmp_path, rng):
         ds = build(tmp_path / codec, data, codec)
         errors = []
 
-        def work(seed):
+        def work(seed, ds=ds, errors=errors):
             r = np.random.default_rng(seed)
             for _ in range(40):
                 idx = r.integers(0, len(data), 256)

@@ -9,8 +9,8 @@ import textwrap
 
 import numpy as np
 import pytest
-from conftest import host
 
+from conftest import host
 from loaderx.zrecord import Dense, Ragged, RaggedBatch, ZrecordError
 
 REFUSED = {
@@ -117,9 +117,10 @@ def test_append_accepts_dltensor_and_dlpack_producers(tmp_path, rng):
         def __dlpack_device__(self):
             return self.a.__dlpack_device__()
 
-    with Dense.open(tmp_path / "a") as s, Dense.create(
-        tmp_path / "b", s.dtype, s.item_shape, codec="raw"
-    ) as d:
+    with (
+        Dense.open(tmp_path / "a") as s,
+        Dense.create(tmp_path / "b", s.dtype, s.item_shape, codec="raw") as d,
+    ):
         d.append(s[:])
         d.append(Producer(data[:2]))
     with Dense.open(tmp_path / "b") as b:

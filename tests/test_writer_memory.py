@@ -42,7 +42,9 @@ def test_peak_rss_is_bounded_for_a_memory_mapped_source(tmp_path, codec):
     del arr
     out = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(src), str(tmp_path / "dst"), codec],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.split()
     before, after = int(out[0]), int(out[1])
     grew_mib = (after - before) / 1024

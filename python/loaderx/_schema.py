@@ -39,7 +39,9 @@ def check_dtype(dtype: object) -> np.dtype:
     except TypeError as e:
         raise ValueError(f"dtype {dtype!r} is not a NumPy dtype: {e}") from None
     if dt.fields is not None:
-        raise ValueError(f"structured dtype {dt} is not supported: store each field as its own stream")
+        raise ValueError(
+            f"structured dtype {dt} is not supported: store each field as its own stream"
+        )
     if dt.subdtype is not None:
         raise ValueError(
             f"subarray dtype {dt} is not supported: put the subarray shape in item_shape instead"
@@ -57,9 +59,8 @@ def check_dtype(dtype: object) -> np.dtype:
     if dt.itemsize == 0:
         raise ValueError(f"dtype {dt} has zero itemsize")
     if not dt.isnative:
-        raise ValueError(
-            f"dtype {dt.str} is not native-endian: convert with .astype({dt.newbyteorder('=').str!r}) first"
-        )
+        native = dt.newbyteorder("=").str
+        raise ValueError(f"dtype {dt.str} is not native-endian: convert with .astype({native!r})")
     if dt not in SUPPORTED:
         raise ValueError(f"dtype {dt} cannot be represented losslessly in DLPack")
     return dt

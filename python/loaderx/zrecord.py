@@ -87,7 +87,9 @@ def _positions(key: Any, n: int) -> int | np.ndarray:
     if isinstance(key, numbers.Integral) and not isinstance(key, (bool, np.bool_)):
         i = int(key)
         if i < 0 or i >= n:
-            raise IndexError(f"position {i} is out of range for a store of {n} records (0..{n - 1})")
+            raise IndexError(
+                f"position {i} is out of range for a store of {n} records (0..{n - 1})"
+            )
         return i
     if isinstance(key, slice):
         return np.arange(*key.indices(n), dtype=np.int64)
@@ -308,8 +310,15 @@ def _create_args(path: Any, dtype: Any, codec: Any, data_shards: Any, dict_bytes
 class DenseWriter(_Writer):
     """Append-only builder of a Dense store; returned by ``Dense.create``."""
 
-    def __init__(self, native: Any, path: str, dtype: np.dtype, item_shape: tuple[int, ...],
-                 codec: str, data_shards: int):
+    def __init__(
+        self,
+        native: Any,
+        path: str,
+        dtype: np.dtype,
+        item_shape: tuple[int, ...],
+        codec: str,
+        data_shards: int,
+    ):
         super().__init__(native, path, dtype, codec, data_shards)
         self._item_shape = item_shape
 
@@ -412,7 +421,8 @@ class RaggedBatch:
             )
         if s.dtype != np.uint64 or len(s.shape) != 2:
             raise ValueError(
-                f"shapes must be a 2-D uint64 array (n, ndim), got {s.dtype} of shape {tuple(s.shape)}"
+                f"shapes must be a 2-D uint64 array (n, ndim), "
+                f"got {s.dtype} of shape {tuple(s.shape)}"
             )
         if s.shape[1] < 1:
             raise ValueError("shapes must have ndim >= 1 columns")
@@ -467,7 +477,7 @@ class RaggedBatch:
         cu = np.zeros(len(arrays) + 1, dtype=np.int32)
         np.cumsum(sizes, out=cu[1:])
         values = np.empty(total, dtype=dt)
-        for r, a, b in zip(arrays, cu[:-1], cu[1:]):
+        for r, a, b in zip(arrays, cu[:-1], cu[1:], strict=True):
             values[a:b] = r.reshape(-1)
         shapes = np.array([r.shape for r in arrays], dtype=np.uint64).reshape(len(arrays), nd)
         return cls._trusted(values, cu, shapes)
@@ -495,11 +505,15 @@ class RaggedBatch:
         if self.device[0] != _DL_CPU:
             raise ValueError("to_tensors needs a host batch; consume device batches packed")
         values = np.from_dlpack(self.values) if isinstance(self.values, DLTensor) else self.values
-        cu = np.from_dlpack(self.cu_seqlens) if isinstance(self.cu_seqlens, DLTensor) else self.cu_seqlens
+        cu = (
+            np.from_dlpack(self.cu_seqlens)
+            if isinstance(self.cu_seqlens, DLTensor)
+            else self.cu_seqlens
+        )
         shapes = np.from_dlpack(self.shapes) if isinstance(self.shapes, DLTensor) else self.shapes
         out = []
         for k in range(len(self)):
-            out.append(values[cu[k]:cu[k + 1]].reshape(tuple(int(d) for d in shapes[k])))
+            out.append(values[cu[k] : cu[k + 1]].reshape(tuple(int(d) for d in shapes[k])))
         return out
 
     def __repr__(self) -> str:
@@ -509,8 +523,9 @@ class RaggedBatch:
 class RaggedWriter(_Writer):
     """Append-only builder of a Ragged store; returned by ``Ragged.create``."""
 
-    def __init__(self, native: Any, path: str, dtype: np.dtype, ndim: int, codec: str,
-                 data_shards: int):
+    def __init__(
+        self, native: Any, path: str, dtype: np.dtype, ndim: int, codec: str, data_shards: int
+    ):
         super().__init__(native, path, dtype, codec, data_shards)
         self._ndim = ndim
 
