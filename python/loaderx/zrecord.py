@@ -398,15 +398,20 @@ class Dense(_Reader):
         return self._store().gather_dense(positions, self._native_allocator())
 
 
+def _as_dltensor(a: Any) -> DLTensor:
+    return a if isinstance(a, DLTensor) else DLTensor._from_array(a)
+
+
 class RaggedBatch:
     """A packed batch of variable-shape records of one dtype and ndim.
 
     ``values`` holds every record's elements laid end to end, ``cu_seqlens`` the
     ``n + 1`` int32 element offsets (starting at 0) and ``shapes`` the ``(n, ndim)``
     uint64 record shapes. Reads return the three as DLTensors sharing one
-    allocation; the same object is what ``Ragged.append`` takes."""
+    allocation; the same object is what ``Ragged.append`` takes. Arrays passed to the
+    constructor are wrapped as DLTensors without copying."""
 
-    __slots__ = ("values", "cu_seqlens", "shapes")
+    __slots__ = ("values", "cu_seqlens", "shapes", "_from_readonly_mapping")
 
     def __init__(self, values: Any, cu_seqlens: Any, shapes: Any) -> None:
         v = _host_array(values, "values")
@@ -435,12 +440,18 @@ class RaggedBatch:
             if isinstance(a, np.ndarray) and not a.flags.c_contiguous:
                 raise ValueError(f"{name} must be C-contiguous")
         _native.check_ragged(v, c, s, v.dtype.itemsize, s.shape[1])
-        self.values, self.cu_seqlens, self.shapes = v, c, s
+        self.values, self.cu_seqlens, self.shapes = (
+            _as_dltensor(v),
+            _as_dltensor(c),
+            _as_dltensor(s),
+        )
+        self._from_readonly_mapping = isinstance(v, np.ndarray) and _is_readonly_mapping(v)
 
     @classmethod
     def _trusted(cls, values: Any, cu_seqlens: Any, shapes: Any) -> RaggedBatch:
         b = object.__new__(cls)
         b.values, b.cu_seqlens, b.shapes = values, cu_seqlens, shapes
+        b._from_readonly_mapping = False
         return b
 
     @classmethod
@@ -480,7 +491,7 @@ class RaggedBatch:
         for r, a, b in zip(arrays, cu[:-1], cu[1:], strict=True):
             values[a:b] = r.reshape(-1)
         shapes = np.array([r.shape for r in arrays], dtype=np.uint64).reshape(len(arrays), nd)
-        return cls._trusted(values, cu, shapes)
+        return cls._trusted(_as_dltensor(values), _as_dltensor(cu), _as_dltensor(shapes))
 
     @property
     def dtype(self) -> np.dtype:
@@ -493,28 +504,17 @@ class RaggedBatch:
 
     @property
     def device(self) -> tuple[int, int]:
-        v = self.values
-        return tuple(v.device) if isinstance(v, DLTensor) else (_DL_CPU, 0)
+        return self.values.device
 
     def __len__(self) -> int:
         return int(self.shapes.shape[0])
 
-    def to_tensors(self) -> list[Any]:
-        """Per-record views restored to their shapes, sharing this batch's memory.
-        Host batches only."""
+    def to_tensors(self) -> list[DLTensor]:
+        """Per-record DLTensor views restored to their shapes, sharing this
+        batch's memory. Host batches only."""
         if self.device[0] != _DL_CPU:
             raise ValueError("to_tensors needs a host batch; consume device batches packed")
-        values = np.from_dlpack(self.values) if isinstance(self.values, DLTensor) else self.values
-        cu = (
-            np.from_dlpack(self.cu_seqlens)
-            if isinstance(self.cu_seqlens, DLTensor)
-            else self.cu_seqlens
-        )
-        shapes = np.from_dlpack(self.shapes) if isinstance(self.shapes, DLTensor) else self.shapes
-        out = []
-        for k in range(len(self)):
-            out.append(values[cu[k] : cu[k + 1]].reshape(tuple(int(d) for d in shapes[k])))
-        return out
+        return self.values._split(np.from_dlpack(self.cu_seqlens), np.from_dlpack(self.shapes))
 
     def __repr__(self) -> str:
         return f"RaggedBatch({len(self)} records, dtype={self.dtype}, ndim={self.ndim})"
@@ -548,9 +548,9 @@ class RaggedWriter(_Writer):
             raise ValueError(f"expected records of ndim {self._ndim}, got ndim {batch.ndim}")
         if batch.device[0] != _DL_CPU:
             raise ValueError("append needs a host batch; transfer it explicitly first")
-        v = batch.values
-        release = isinstance(v, np.ndarray) and _is_readonly_mapping(v)
-        self._native.append_ragged(v, batch.cu_seqlens, batch.shapes, release)
+        self._native.append_ragged(
+            batch.values, batch.cu_seqlens, batch.shapes, batch._from_readonly_mapping
+        )
 
 
 class Ragged(_Reader):

@@ -4,6 +4,7 @@
 use std::ffi::{c_void, CStr};
 use std::sync::Arc;
 
+use numpy::{PyReadonlyArray1, PyReadonlyArray2, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyBufferError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -14,6 +15,7 @@ use zrecord::DType;
 pub const DL_CPU: i32 = 1;
 const DLPACK_MAJOR: u32 = 1;
 const DLPACK_MINOR: u32 = 0;
+const FLAG_READ_ONLY: u64 = 1;
 const NAME_LEGACY: &CStr = c"dltensor";
 const NAME_VERSIONED: &CStr = c"dltensor_versioned";
 
@@ -59,9 +61,42 @@ struct ManagedVersioned {
     dl_tensor: RawTensor,
 }
 
+/// The memory behind a DLTensor.
+pub enum Memory {
+    /// A region from one of our pools.
+    Pooled(Block),
+    /// A caller's host array, kept alive by holding a reference to it.
+    Borrowed {
+        ptr: *mut u8,
+        len: usize,
+        _keep: Py<PyAny>,
+    },
+}
+
+// SAFETY: `Borrowed` memory is only read or written through DLTensors, like pooled
+// memory; Py<PyAny> itself is Send + Sync.
+unsafe impl Send for Memory {}
+unsafe impl Sync for Memory {}
+
+impl Memory {
+    pub fn as_ptr(&self) -> *mut u8 {
+        match self {
+            Memory::Pooled(b) => b.as_ptr(),
+            Memory::Borrowed { ptr, .. } => *ptr,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Memory::Pooled(b) => b.len(),
+            Memory::Borrowed { len, .. } => *len,
+        }
+    }
+}
+
 /// What a capsule keeps alive: the memory and the shape arrays it points into.
 struct Keep {
-    _owner: Arc<Block>,
+    _owner: Arc<Memory>,
     shape: Vec<i64>,
     strides: Vec<i64>,
 }
@@ -98,7 +133,8 @@ unsafe extern "C" fn capsule_versioned(cap: *mut ffi::PyObject) {
     // SAFETY: called by Python with a live capsule.
     unsafe {
         if ffi::PyCapsule_IsValid(cap, NAME_VERSIONED.as_ptr()) == 1 {
-            let p = ffi::PyCapsule_GetPointer(cap, NAME_VERSIONED.as_ptr()) as *mut ManagedVersioned;
+            let p =
+                ffi::PyCapsule_GetPointer(cap, NAME_VERSIONED.as_ptr()) as *mut ManagedVersioned;
             delete_versioned(p);
         }
     }
@@ -108,23 +144,49 @@ unsafe extern "C" fn capsule_versioned(cap: *mut ffi::PyObject) {
 /// through DLPack.
 #[pyclass(module = "loaderx.zrecord", name = "DLTensor", frozen)]
 pub struct DLTensor {
-    owner: Arc<Block>,
+    owner: Arc<Memory>,
     offset: usize,
     shape: Vec<i64>,
     dtype: DType,
     device: (i32, i32),
+    readonly: bool,
 }
 
 impl DLTensor {
     /// A view of `shape` starting `offset` bytes into `owner`; the caller
     /// guarantees the view lies inside the block.
-    pub fn new(owner: Arc<Block>, offset: usize, shape: Vec<i64>, dtype: DType) -> Self {
+    pub fn new(owner: Arc<Memory>, offset: usize, shape: Vec<i64>, dtype: DType) -> Self {
         DLTensor {
             owner,
             offset,
             shape,
             dtype,
             device: (DL_CPU, 0),
+            readonly: false,
+        }
+    }
+
+    pub fn pooled(block: Block, shape: Vec<i64>, dtype: DType) -> Self {
+        DLTensor::new(Arc::new(Memory::Pooled(block)), 0, shape, dtype)
+    }
+
+    /// A view of part of this tensor's memory.
+    pub fn view(&self, offset: usize, shape: Vec<i64>, dtype: DType) -> PyResult<Self> {
+        let n = shape.iter().try_fold(dtype.itemsize(), |acc, &d| {
+            usize::try_from(d).ok().and_then(|d| acc.checked_mul(d))
+        });
+        match n.and_then(|n| n.checked_add(self.offset + offset)) {
+            Some(end) if end <= self.owner.len() => Ok(DLTensor {
+                offset: self.offset + offset,
+                shape,
+                dtype,
+                owner: self.owner.clone(),
+                device: self.device,
+                readonly: self.readonly,
+            }),
+            _ => Err(PyValueError::new_err(
+                "view lies outside the tensor's memory",
+            )),
         }
     }
 
@@ -140,14 +202,6 @@ impl DLTensor {
         &self.shape
     }
 
-    pub fn owner(&self) -> &Arc<Block> {
-        &self.owner
-    }
-
-    pub fn offset(&self) -> usize {
-        self.offset
-    }
-
     /// The bytes of a host tensor.
     pub fn host_bytes(&self) -> PyResult<&[u8]> {
         if self.device.0 != DL_CPU {
@@ -156,7 +210,9 @@ impl DLTensor {
             ));
         }
         // SAFETY: the view lies inside the block, which `self` keeps alive.
-        Ok(unsafe { std::slice::from_raw_parts(self.owner.as_ptr().add(self.offset), self.nbytes()) })
+        Ok(unsafe {
+            std::slice::from_raw_parts(self.owner.as_ptr().add(self.offset), self.nbytes())
+        })
     }
 
     fn strides(&self) -> Vec<i64> {
@@ -177,7 +233,11 @@ impl DLTensor {
                 device_id: self.device.1,
             },
             ndim: self.shape.len() as i32,
-            dtype: DLDataType { code, bits, lanes: 1 },
+            dtype: DLDataType {
+                code,
+                bits,
+                lanes: 1,
+            },
             shape: keep.shape.as_mut_ptr(),
             strides: keep.strides.as_mut_ptr(),
             byte_offset: 0,
@@ -193,23 +253,28 @@ impl DLTensor {
         let keep = Box::into_raw(keep);
         // SAFETY: `keep` is a valid, uniquely owned Box pointer until a deleter runs.
         let tensor = self.raw(unsafe { &mut *keep });
-        let (ptr, name, dtor): (*mut c_void, &CStr, unsafe extern "C" fn(*mut ffi::PyObject)) = if versioned {
-            let m = Box::new(ManagedVersioned {
-                version: [DLPACK_MAJOR, DLPACK_MINOR],
-                manager_ctx: keep as *mut c_void,
-                deleter: Some(delete_versioned),
-                flags: 0,
-                dl_tensor: tensor,
-            });
-            (Box::into_raw(m) as *mut c_void, NAME_VERSIONED, capsule_versioned)
-        } else {
-            let m = Box::new(ManagedLegacy {
-                dl_tensor: tensor,
-                manager_ctx: keep as *mut c_void,
-                deleter: Some(delete_legacy),
-            });
-            (Box::into_raw(m) as *mut c_void, NAME_LEGACY, capsule_legacy)
-        };
+        let (ptr, name, dtor): (*mut c_void, &CStr, unsafe extern "C" fn(*mut ffi::PyObject)) =
+            if versioned {
+                let m = Box::new(ManagedVersioned {
+                    version: [DLPACK_MAJOR, DLPACK_MINOR],
+                    manager_ctx: keep as *mut c_void,
+                    deleter: Some(delete_versioned),
+                    flags: if self.readonly { FLAG_READ_ONLY } else { 0 },
+                    dl_tensor: tensor,
+                });
+                (
+                    Box::into_raw(m) as *mut c_void,
+                    NAME_VERSIONED,
+                    capsule_versioned,
+                )
+            } else {
+                let m = Box::new(ManagedLegacy {
+                    dl_tensor: tensor,
+                    manager_ctx: keep as *mut c_void,
+                    deleter: Some(delete_legacy),
+                });
+                (Box::into_raw(m) as *mut c_void, NAME_LEGACY, capsule_legacy)
+            };
         // SAFETY: `ptr` is a live managed tensor and `name` a static C string.
         let cap = unsafe { ffi::PyCapsule_New(ptr, name.as_ptr(), Some(dtor)) };
         if cap.is_null() {
@@ -258,6 +323,60 @@ impl DLTensor {
         self.capsule(py, versioned)
     }
 
+    /// Wraps a C-contiguous NumPy array without copying; the tensor keeps the
+    /// array alive and inherits its writability.
+    #[staticmethod]
+    fn _from_array(array: &Bound<'_, PyUntypedArray>) -> PyResult<DLTensor> {
+        if !array.is_c_contiguous() {
+            return Err(PyValueError::new_err("the array must be C-contiguous"));
+        }
+        let dtype = DType::from_name(&array.dtype().str()?.to_string())
+            .ok_or_else(|| PyValueError::new_err("the array's dtype cannot be exported"))?;
+        let shape: Vec<i64> = array.shape().iter().map(|&d| d as i64).collect();
+        // SAFETY: reading the fields of a live array object.
+        let (ptr, writable) = unsafe {
+            let raw = array.as_array_ptr();
+            (
+                (*raw).fields.data as *mut u8,
+                (*raw).fields.flags & numpy::npyffi::NPY_ARRAY_WRITEABLE != 0,
+            )
+        };
+        let len = array.len() * dtype.itemsize();
+        let mut t = DLTensor::new(
+            Arc::new(Memory::Borrowed {
+                ptr,
+                len,
+                _keep: array.clone().into_any().unbind(),
+            }),
+            0,
+            shape,
+            dtype,
+        );
+        t.readonly = !writable;
+        Ok(t)
+    }
+
+    /// Per-record views of packed ragged values.
+    fn _split(
+        &self,
+        cu_seqlens: PyReadonlyArray1<'_, i32>,
+        shapes: PyReadonlyArray2<'_, u64>,
+    ) -> PyResult<Vec<DLTensor>> {
+        let isz = self.dtype.itemsize();
+        let cu = cu_seqlens.as_slice()?;
+        let shapes = shapes.as_array();
+        shapes
+            .outer_iter()
+            .zip(cu.windows(2))
+            .map(|(shape, w)| {
+                let start = usize::try_from(w[0])
+                    .map_err(|_| PyValueError::new_err("negative cu_seqlens offset"))?;
+                let shape = shape.iter().map(|&d| d as i64).collect();
+                self.view(start * isz, shape, self.dtype)
+            })
+            .collect()
+    }
+
     fn __dlpack_device__(&self) -> (i32, i32) {
         self.device
     }
@@ -290,7 +409,9 @@ impl DLTensor {
     fn __len__(&self) -> PyResult<usize> {
         match self.shape.first() {
             Some(&n) => Ok(n as usize),
-            None => Err(pyo3::exceptions::PyTypeError::new_err("len() of a 0-d DLTensor")),
+            None => Err(pyo3::exceptions::PyTypeError::new_err(
+                "len() of a 0-d DLTensor",
+            )),
         }
     }
 
@@ -300,12 +421,21 @@ impl DLTensor {
             1 => format!("({},)", dims[0]),
             _ => format!("({})", dims.join(", ")),
         };
-        let dev = if self.device.0 == DL_CPU { "cpu".to_string() } else { format!("{:?}", self.device) };
-        format!("DLTensor(shape={shape}, dtype={}, device={dev})", self.dtype.name())
+        let dev = if self.device.0 == DL_CPU {
+            "cpu".to_string()
+        } else {
+            format!("{:?}", self.device)
+        };
+        format!(
+            "DLTensor(shape={shape}, dtype={}, device={dev})",
+            self.dtype.name()
+        )
     }
 }
 
 pub fn numpy_dtype<'py>(py: Python<'py>, dtype: DType) -> PyResult<Bound<'py, PyAny>> {
     let np = py.import("numpy")?;
-    np.getattr("dtype")?.call1((dtype.name(),))?.into_bound_py_any(py)
+    np.getattr("dtype")?
+        .call1((dtype.name(),))?
+        .into_bound_py_any(py)
 }

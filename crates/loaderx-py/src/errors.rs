@@ -1,8 +1,10 @@
 //! The one place where core errors become Python exceptions.
 
-use pyo3::exceptions::{PyFileExistsError, PyFileNotFoundError, PyIndexError, PyOSError, PyValueError};
-use pyo3::prelude::*;
 use pyo3::create_exception;
+use pyo3::exceptions::{
+    PyFileExistsError, PyFileNotFoundError, PyIndexError, PyOSError, PyValueError,
+};
+use pyo3::prelude::*;
 
 create_exception!(
     _native,

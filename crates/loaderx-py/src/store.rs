@@ -13,7 +13,7 @@ use zrecord::ragged::RaggedView;
 use zrecord::{Codec, DType, Kind, Schema, Source, Store, Writer};
 
 use crate::allocator::HostAllocator;
-use crate::dlpack::DLTensor;
+use crate::dlpack::{DLTensor, Memory};
 use crate::errors::IntoPy;
 
 fn parse_dtype(name: &str) -> PyResult<DType> {
@@ -58,7 +58,9 @@ fn host_bytes<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a [u8]> {
 fn typed<'a, T>(bytes: &'a [u8], what: &str) -> PyResult<&'a [T]> {
     let size = std::mem::size_of::<T>();
     if bytes.len() % size != 0 || (bytes.as_ptr() as usize) % std::mem::align_of::<T>() != 0 {
-        return Err(PyValueError::new_err(format!("{what} is not an aligned array of {size}-byte items")));
+        return Err(PyValueError::new_err(format!(
+            "{what} is not an aligned array of {size}-byte items"
+        )));
     }
     if bytes.is_empty() {
         return Ok(&[]);
@@ -86,7 +88,9 @@ fn positions(idx: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
             })
             .collect();
     }
-    Err(PyTypeError::new_err("positions must be a contiguous 1-D int64 or uint64 array"))
+    Err(PyTypeError::new_err(
+        "positions must be a contiguous 1-D int64 or uint64 array",
+    ))
 }
 
 #[pyclass(module = "loaderx._native", name = "Store", frozen)]
@@ -106,7 +110,13 @@ impl PyStore {
         }
     }
 
-    fn dense(&self, py: Python<'_>, idx: &[u64], shape: Vec<i64>, allocator: Option<&HostAllocator>) -> PyResult<DLTensor> {
+    fn dense(
+        &self,
+        py: Python<'_>,
+        idx: &[u64],
+        shape: Vec<i64>,
+        allocator: Option<&HostAllocator>,
+    ) -> PyResult<DLTensor> {
         let schema = self.store.schema();
         let rb = schema.record_bytes().unwrap_or(0) as usize;
         let pool = self.pool(allocator);
@@ -118,7 +128,7 @@ impl PyStore {
                 Ok(block)
             })
             .py_err()?;
-        Ok(DLTensor::new(Arc::new(block), 0, shape, schema.dtype))
+        Ok(DLTensor::pooled(block, shape, schema.dtype))
     }
 }
 
@@ -177,7 +187,12 @@ impl PyStore {
 
     /// Dense records at `idx` as one `(len(idx), *item_shape)` tensor.
     #[pyo3(signature = (idx, allocator=None))]
-    fn gather_dense(&self, py: Python<'_>, idx: &Bound<'_, PyAny>, allocator: Option<PyRef<'_, HostAllocator>>) -> PyResult<DLTensor> {
+    fn gather_dense(
+        &self,
+        py: Python<'_>,
+        idx: &Bound<'_, PyAny>,
+        allocator: Option<PyRef<'_, HostAllocator>>,
+    ) -> PyResult<DLTensor> {
         let idx = positions(idx)?;
         let mut shape = vec![idx.len() as i64];
         shape.extend(self.store.schema().item_shape.iter().map(|&d| d as i64));
@@ -186,8 +201,19 @@ impl PyStore {
 
     /// One Dense record, without the batch axis.
     #[pyo3(signature = (pos, allocator=None))]
-    fn get_dense(&self, py: Python<'_>, pos: u64, allocator: Option<PyRef<'_, HostAllocator>>) -> PyResult<DLTensor> {
-        let shape = self.store.schema().item_shape.iter().map(|&d| d as i64).collect();
+    fn get_dense(
+        &self,
+        py: Python<'_>,
+        pos: u64,
+        allocator: Option<PyRef<'_, HostAllocator>>,
+    ) -> PyResult<DLTensor> {
+        let shape = self
+            .store
+            .schema()
+            .item_shape
+            .iter()
+            .map(|&d| d as i64)
+            .collect();
         self.dense(py, &[pos], shape, allocator.as_deref())
     }
 
@@ -210,13 +236,18 @@ impl PyStore {
                 Ok((block, layout))
             })
             .py_err()?;
-        let block = Arc::new(block);
+        let block = Arc::new(Memory::Pooled(block));
         let dtype = self.store.schema().dtype;
         let n = layout.records as i64;
         Ok((
             DLTensor::new(block.clone(), 0, vec![layout.elements as i64], dtype),
             DLTensor::new(block.clone(), layout.cu_offset, vec![n + 1], DType::I32),
-            DLTensor::new(block, layout.shapes_offset, vec![n, layout.ndim as i64], DType::U64),
+            DLTensor::new(
+                block,
+                layout.shapes_offset,
+                vec![n, layout.ndim as i64],
+                DType::U64,
+            ),
         ))
     }
 
@@ -239,19 +270,30 @@ pub struct PyWriter {
 }
 
 impl PyWriter {
-    fn with<R>(&self, py: Python<'_>, f: impl FnOnce(&mut Writer) -> zrecord::Result<R> + Send) -> PyResult<R>
+    fn with<R>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut Writer) -> zrecord::Result<R> + Send,
+    ) -> PyResult<R>
     where
         R: Send,
     {
         let mut guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let w = guard
-            .as_mut()
-            .ok_or_else(|| PyValueError::new_err("the writer is closed; a closed writer cannot append"))?;
+        let w = guard.as_mut().ok_or_else(|| {
+            PyValueError::new_err("the writer is closed; a closed writer cannot append")
+        })?;
         py.detach(|| f(w)).py_err()
     }
 
-    fn start(py: Python<'_>, path: PathBuf, schema: Schema, dict: Option<Vec<u8>>) -> PyResult<Self> {
-        let w = py.detach(|| Writer::create(&path, schema, dict.as_deref())).py_err()?;
+    fn start(
+        py: Python<'_>,
+        path: PathBuf,
+        schema: Schema,
+        dict: Option<Vec<u8>>,
+    ) -> PyResult<Self> {
+        let w = py
+            .detach(|| Writer::create(&path, schema, dict.as_deref()))
+            .py_err()?;
         Ok(PyWriter {
             inner: Mutex::new(Some(w)),
         })
@@ -279,7 +321,13 @@ impl PyWriter {
         data_shards: u8,
         dict: Option<Vec<u8>>,
     ) -> PyResult<Self> {
-        let schema = Schema::dense(parse_dtype(dtype)?, &item_shape, parse_codec(codec)?, data_shards).py_err()?;
+        let schema = Schema::dense(
+            parse_dtype(dtype)?,
+            &item_shape,
+            parse_codec(codec)?,
+            data_shards,
+        )
+        .py_err()?;
         Self::start(py, path, schema, dict)
     }
 
@@ -294,14 +342,21 @@ impl PyWriter {
         data_shards: u8,
         dict: Option<Vec<u8>>,
     ) -> PyResult<Self> {
-        let schema = Schema::ragged(parse_dtype(dtype)?, ndim, parse_codec(codec)?, data_shards).py_err()?;
+        let schema =
+            Schema::ragged(parse_dtype(dtype)?, ndim, parse_codec(codec)?, data_shards).py_err()?;
         Self::start(py, path, schema, dict)
     }
 
     /// Appends `n` Dense records from a C-contiguous array or host DLTensor.
     /// `release_source` promises the memory is a read-only file mapping.
     #[pyo3(signature = (data, n, release_source=false))]
-    fn append_dense(&self, py: Python<'_>, data: &Bound<'_, PyAny>, n: usize, release_source: bool) -> PyResult<()> {
+    fn append_dense(
+        &self,
+        py: Python<'_>,
+        data: &Bound<'_, PyAny>,
+        n: usize,
+        release_source: bool,
+    ) -> PyResult<()> {
         let bytes = host_bytes(data)?;
         self.with(py, |w| w.append_dense(n, bytes, source(release_source)))
     }
@@ -331,7 +386,10 @@ impl PyWriter {
 
     #[getter]
     fn closed(&self) -> bool {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).is_none()
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none()
     }
 
     /// Publishes the store. Closing twice is a no-op.
@@ -354,7 +412,13 @@ impl PyWriter {
 
 /// Validates a packed ragged batch without writing it (used by RaggedBatch).
 #[pyfunction]
-pub fn check_ragged(values: &Bound<'_, PyAny>, cu_seqlens: &Bound<'_, PyAny>, shapes: &Bound<'_, PyAny>, itemsize: usize, ndim: usize) -> PyResult<()> {
+pub fn check_ragged(
+    values: &Bound<'_, PyAny>,
+    cu_seqlens: &Bound<'_, PyAny>,
+    shapes: &Bound<'_, PyAny>,
+    itemsize: usize,
+    ndim: usize,
+) -> PyResult<()> {
     let view = RaggedView {
         values: host_bytes(values)?,
         cu_seqlens: typed::<i32>(host_bytes(cu_seqlens)?, "cu_seqlens")?,

@@ -50,7 +50,8 @@ impl Codec {
     pub fn check_dict(self, dict: Option<&[u8]>) -> Result<()> {
         match (self, dict) {
             (Codec::ZstdDict, None) => Err(Error::Invalid(
-                "codec 'zstd_dict' needs dict_bytes (train one with loaderx.utils.train_dict)".into(),
+                "codec 'zstd_dict' needs dict_bytes (train one with loaderx.utils.train_dict)"
+                    .into(),
             )),
             (Codec::ZstdDict, Some([])) => Err(Error::Invalid("dict_bytes is empty".into())),
             (Codec::Raw | Codec::Zstd, Some(_)) => Err(Error::Invalid(format!(
@@ -151,7 +152,10 @@ impl Decoder {
             Codec::Raw => None,
             _ => Some(self.contexts.take().unwrap_or_else(DCtx::create)),
         };
-        DecodeSession { decoder: self, dctx }
+        DecodeSession {
+            decoder: self,
+            dctx,
+        }
     }
 }
 
@@ -178,7 +182,10 @@ impl DecodeSession<'_> {
         };
         match res {
             Ok(n) if n == dst.len() => Ok(()),
-            Ok(n) => Err(format!("record decodes to {n} bytes, expected {}", dst.len())),
+            Ok(n) => Err(format!(
+                "record decodes to {n} bytes, expected {}",
+                dst.len()
+            )),
             Err(c) => Err(format!("zstd frame does not decode: {}", zstd_error(c))),
         }
     }
@@ -218,7 +225,9 @@ mod tests {
 
     #[test]
     fn codecs_round_trip() {
-        let src: Vec<u8> = (0..10_000u32).flat_map(|i| (i % 97).to_le_bytes()).collect();
+        let src: Vec<u8> = (0..10_000u32)
+            .flat_map(|i| (i % 97).to_le_bytes())
+            .collect();
         round_trip(Codec::Raw, None, &src);
         round_trip(Codec::Zstd, None, &src);
         round_trip(Codec::Zstd, None, &[]);

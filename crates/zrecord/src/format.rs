@@ -77,7 +77,9 @@ impl Schema {
 
     fn validate(&self) -> Result<()> {
         if self.data_shards == 0 {
-            return Err(Error::Invalid("data_shards must be in 1..255, got 0".into()));
+            return Err(Error::Invalid(
+                "data_shards must be in 1..255, got 0".into(),
+            ));
         }
         if self.ndim > MAX_NDIM {
             return Err(Error::Invalid(format!(
@@ -143,10 +145,12 @@ impl<'a> Cursor<'a> {
         self.take(1).map(|b| b[0])
     }
     fn u32(&mut self) -> Option<u32> {
-        self.take(4).map(|b| u32::from_le_bytes(b.try_into().unwrap_or([0; 4])))
+        self.take(4)
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap_or([0; 4])))
     }
     fn u64(&mut self) -> Option<u64> {
-        self.take(8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+        self.take(8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
     }
 }
 
@@ -328,12 +332,18 @@ mod tests {
             let mut c = b.clone();
             c[i] ^= 0x40;
             assert!(
-                matches!(Header::decode(&c, Path::new("h")), Err(Error::Corrupt { .. })),
+                matches!(
+                    Header::decode(&c, Path::new("h")),
+                    Err(Error::Corrupt { .. })
+                ),
                 "byte {i}"
             );
         }
         for n in 0..b.len() {
-            assert!(Header::decode(&b[..n], Path::new("h")).is_err(), "length {n}");
+            assert!(
+                Header::decode(&b[..n], Path::new("h")).is_err(),
+                "length {n}"
+            );
         }
     }
 
@@ -357,7 +367,9 @@ mod tests {
         assert!(Schema::dense(DType::U8, &[1 << 31, 2], Codec::Raw, 1).is_err());
         assert!(Schema::dense(DType::U8, &[], Codec::Raw, 0).is_err());
         assert_eq!(
-            Schema::dense(DType::F64, &[], Codec::Raw, 1).unwrap().record_bytes(),
+            Schema::dense(DType::F64, &[], Codec::Raw, 1)
+                .unwrap()
+                .record_bytes(),
             Some(8)
         );
     }

@@ -90,8 +90,9 @@ impl HostPool {
                     .ok_or_else(|| Error::Invalid(format!("cannot allocate {len} bytes")))?;
                 // SAFETY: `lay` has non-zero size (cap >= ALIGN).
                 let p = unsafe { alloc(lay) };
-                let p = NonNull::new(p)
-                    .ok_or_else(|| Error::Invalid(format!("out of memory allocating {len} bytes")))?;
+                let p = NonNull::new(p).ok_or_else(|| {
+                    Error::Invalid(format!("out of memory allocating {len} bytes"))
+                })?;
                 st = self.lock();
                 p
             }
@@ -209,7 +210,18 @@ mod tests {
 
     #[test]
     fn classes_cover_the_request_with_bounded_waste() {
-        for len in [0, 1, 63, 64, 4097, 65536, 65537, 1 << 20, (1 << 20) + 1, 38_535_168] {
+        for len in [
+            0,
+            1,
+            63,
+            64,
+            4097,
+            65536,
+            65537,
+            1 << 20,
+            (1 << 20) + 1,
+            38_535_168,
+        ] {
             let c = size_class(len);
             assert!(c >= len.max(ALIGN));
             assert!(c % ALIGN == 0);
@@ -235,6 +247,13 @@ mod tests {
         pool.close();
         assert!(pool.acquire(10).is_err());
         drop((b, c));
-        assert_eq!(pool.stats(), PoolStats { live: 0, live_bytes: 0, idle_bytes: 0 });
+        assert_eq!(
+            pool.stats(),
+            PoolStats {
+                live: 0,
+                live_bytes: 0,
+                idle_bytes: 0
+            }
+        );
     }
 }

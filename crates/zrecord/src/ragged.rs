@@ -35,7 +35,9 @@ impl RaggedView<'_> {
             ));
         };
         if first != 0 {
-            return Err(Error::Invalid(format!("cu_seqlens must start at 0, got {first}")));
+            return Err(Error::Invalid(format!(
+                "cu_seqlens must start at 0, got {first}"
+            )));
         }
         let n = self.len();
         if Some(self.shapes.len()) != n.checked_mul(ndim) {
@@ -140,13 +142,20 @@ mod tests {
             cu_seqlens: &[0, 3, 2, 5],
             shapes: &[3, 0, 3],
         };
-        assert!(dec.check(4, 1).unwrap_err().to_string().contains("decreases at record 1"));
+        assert!(dec
+            .check(4, 1)
+            .unwrap_err()
+            .to_string()
+            .contains("decreases at record 1"));
     }
 
     #[test]
     fn layout_is_aligned_and_bounded() {
         let l = RaggedLayout::new(3, 2, 10, 4).unwrap();
-        assert_eq!((l.values_bytes, l.cu_offset, l.shapes_offset, l.total), (40, 64, 128, 176));
+        assert_eq!(
+            (l.values_bytes, l.cu_offset, l.shapes_offset, l.total),
+            (40, 64, 128, 176)
+        );
         assert!(RaggedLayout::new(1, 1, 1 << 31, 1).is_err());
     }
 }

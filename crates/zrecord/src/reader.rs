@@ -78,7 +78,9 @@ fn map_file(path: &Path, expected: u64, what: &str) -> Result<Option<Mmap>> {
     if size != expected {
         return Err(Error::corrupt(
             path,
-            format!("{what} is {size} bytes but the header says {expected} (truncated or extended)"),
+            format!(
+                "{what} is {size} bytes but the header says {expected} (truncated or extended)"
+            ),
         ));
     }
     if size == 0 {
@@ -116,7 +118,10 @@ impl Store {
         let index = map_file(&ip, header.index_size, "the index")?;
         let sum = xxh3_64(index.as_deref().unwrap_or(&[]));
         if sum != header.index_xxh3 {
-            return Err(Error::corrupt(&ip, "index checksum mismatch (the index is damaged)"));
+            return Err(Error::corrupt(
+                &ip,
+                "index checksum mismatch (the index is damaged)",
+            ));
         }
         let shards = header
             .shard_sizes
@@ -169,13 +174,18 @@ impl Store {
             }
             let logical = match schema.kind {
                 Kind::Dense => schema.record_bytes().unwrap_or(0),
-                Kind::Ragged => match element_count(&self.shape(i)).and_then(|c| c.checked_mul(isz)) {
-                    Some(b) if b <= MAX_RECORD_BYTES => b,
-                    _ => return bad("shape is out of range".into()),
-                },
+                Kind::Ragged => {
+                    match element_count(&self.shape(i)).and_then(|c| c.checked_mul(isz)) {
+                        Some(b) if b <= MAX_RECORD_BYTES => b,
+                        _ => return bad("shape is out of range".into()),
+                    }
+                }
             };
             if raw && e.stored_len as u64 != logical {
-                return bad(format!("stores {} bytes, its shape needs {logical}", e.stored_len));
+                return bad(format!(
+                    "stores {} bytes, its shape needs {logical}",
+                    e.stored_len
+                ));
             }
         }
         Ok(())
@@ -228,7 +238,10 @@ impl Store {
     }
 
     pub fn shape(&self, i: u64) -> Vec<u64> {
-        self.shape_of(i).chunks_exact(8).map(|c| le_u64(c, 0)).collect()
+        self.shape_of(i)
+            .chunks_exact(8)
+            .map(|c| le_u64(c, 0))
+            .collect()
     }
 
     #[inline]
@@ -242,16 +255,29 @@ impl Store {
         for &p in idx {
             match p.position() {
                 Some(v) if v < len => {}
-                _ => return Err(Error::OutOfRange { index: p.as_i128(), len }),
+                _ => {
+                    return Err(Error::OutOfRange {
+                        index: p.as_i128(),
+                        len,
+                    })
+                }
             }
         }
         Ok(())
     }
 
-    fn decode_into(&self, session: &mut crate::codec::DecodeSession<'_>, pos: u64, dst: &mut [u8]) -> Result<()> {
+    fn decode_into(
+        &self,
+        session: &mut crate::codec::DecodeSession<'_>,
+        pos: u64,
+        dst: &mut [u8],
+    ) -> Result<()> {
         let e = self.entry(pos);
         session.decode(self.stored(&e), dst).map_err(|msg| {
-            Error::corrupt(&self.shards[e.shard as usize].path, format!("record {pos}: {msg}"))
+            Error::corrupt(
+                &self.shards[e.shard as usize].path,
+                format!("record {pos}: {msg}"),
+            )
         })
     }
 
@@ -327,7 +353,9 @@ impl Store {
         out: &mut [u8],
     ) -> Result<()> {
         if out.len() != layout.total || layout.records != idx.len() {
-            return Err(Error::Invalid("output does not match the ragged layout".into()));
+            return Err(Error::Invalid(
+                "output does not match the ragged layout".into(),
+            ));
         }
         let isz = self.header.schema.dtype.itemsize();
         let (values, meta) = out.split_at_mut(layout.cu_offset);
@@ -366,7 +394,11 @@ impl Store {
             let mut session = self.decoder.session();
             let mut at = 0;
             for (&p, &n) in ids.iter().zip(sizes) {
-                self.decode_into(&mut session, p.position().unwrap_or(0), &mut dst[at..at + n])?;
+                self.decode_into(
+                    &mut session,
+                    p.position().unwrap_or(0),
+                    &mut dst[at..at + n],
+                )?;
                 at += n;
             }
             Ok(())
@@ -379,7 +411,9 @@ impl Store {
         let n = self.len();
         let parts = threads::parallelism().max(1) as u64;
         let per = n.div_ceil(parts).max(1);
-        let ranges: Vec<_> = (0..parts).map(|k| k * per..((k + 1) * per).min(n)).collect();
+        let ranges: Vec<_> = (0..parts)
+            .map(|k| k * per..((k + 1) * per).min(n))
+            .collect();
         threads::run_parts(ranges, |range| {
             let mut session = self.decoder.session();
             let mut scratch = Vec::new();

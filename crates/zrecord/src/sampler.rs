@@ -1,1 +1,573 @@
-//! Stateless batch functions of the Sampler (being written).
+//! Stateless batch functions of the Sampler.
+//!
+//! Every batch is a pure function of `(mode, length, batch, seed, step)`: nothing
+//! is carried from one draw to the next, so a run resumes at any step in O(1) and
+//! two processes with the same arguments produce the same indices bit for bit.
+//! The exact algorithms (constants included) are written down in `docs/sampler.md`;
+//! the pure-Python `tests/sampler_reference.py` reproduces them.
+//!
+//! * [`Mode::Sequential`]: position `(step * batch + i) mod length`.
+//! * [`Mode::Iid`]: draw number `n = step * batch + i (mod 2^64)` of a SplitMix64
+//!   stream keyed by the seed, reduced to `[0, length)` by the multiply-high method.
+//! * [`Mode::Cyclic`]: cycle `c = step / (length / batch)` applies its own keyed
+//!   Feistel bijection (cycle walking over the smallest even-bit power-of-two
+//!   domain) to positions `j * batch + i` of that cycle.
+//!
+//! Nothing here panics on any argument: invalid arguments are [`Error::Invalid`].
+
+use crate::error::{Error, Result};
+
+/// The SplitMix64 increment (the odd integer closest to 2^64 / golden ratio).
+pub const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+/// Domain separation of the IID stream from the CYCLIC keys (`seed ^ tag`).
+pub const TAG_IID: u64 = 0x6C78_2E69_6964_0001;
+/// Domain separation of the CYCLIC round keys.
+pub const TAG_CYCLIC: u64 = 0x6C78_2E63_7963_0002;
+/// Rounds of the balanced Feistel network of CYCLIC.
+pub const FEISTEL_ROUNDS: usize = 6;
+
+/// How a batch is drawn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Records in order, wrapping at the end.
+    Sequential,
+    /// Uniform with replacement.
+    Iid,
+    /// A fresh permutation every cycle, full batches only.
+    Cyclic,
+}
+
+impl Mode {
+    /// The stable small-integer code used across the Python boundary.
+    pub fn from_code(code: u8) -> Option<Mode> {
+        match code {
+            0 => Some(Mode::Sequential),
+            1 => Some(Mode::Iid),
+            2 => Some(Mode::Cyclic),
+            _ => None,
+        }
+    }
+
+    pub fn code(self) -> u8 {
+        match self {
+            Mode::Sequential => 0,
+            Mode::Iid => 1,
+            Mode::Cyclic => 2,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Sequential => "SEQUENTIAL",
+            Mode::Iid => "IID",
+            Mode::Cyclic => "CYCLIC",
+        }
+    }
+}
+
+/// The SplitMix64 finalizer: a bijection of `u64` with full avalanche.
+#[inline(always)]
+pub fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A 32-bit integer hash (xor-shift / multiply, two rounds): the Feistel round
+/// function's mixer.
+#[inline(always)]
+pub fn mix32(mut x: u32) -> u32 {
+    x ^= x >> 16;
+    x = x.wrapping_mul(0x7FEB_352D);
+    x ^= x >> 15;
+    x = x.wrapping_mul(0x846C_A68B);
+    x ^ (x >> 16)
+}
+
+/// `floor(u * n / 2^64)`: maps a uniform `u64` onto `[0, n)` with a bias of at
+/// most `n / 2^64` relative to uniform (Lemire's multiply-high reduction).
+#[inline(always)]
+pub fn reduce(u: u64, n: u64) -> u64 {
+    ((u as u128 * n as u128) >> 64) as u64
+}
+
+/// The keyed bijection of `[0, length)` used by one CYCLIC cycle.
+#[derive(Clone, Debug)]
+pub struct Feistel {
+    length: u64,
+    half_bits: u32,
+    mask: u32,
+    keys: [u32; FEISTEL_ROUNDS],
+}
+
+/// Half the bit width of the Feistel domain: the smallest `h >= 1` with
+/// `2^(2h) >= length`.
+pub fn half_bits(length: u64) -> u32 {
+    let bits = 64 - length.saturating_sub(1).leading_zeros();
+    bits.div_ceil(2).max(1)
+}
+
+impl Feistel {
+    /// The permutation of cycle `cycle` for `seed`. `length` must be at least 1.
+    pub fn new(length: u64, seed: u64, cycle: u64) -> Result<Feistel> {
+        if length == 0 {
+            return Err(Error::Invalid("length must be at least 1".into()));
+        }
+        let h = half_bits(length);
+        let cycle_key =
+            mix64(mix64(seed ^ TAG_CYCLIC).wrapping_add(cycle.wrapping_add(1).wrapping_mul(GAMMA)));
+        let mut keys = [0u32; FEISTEL_ROUNDS];
+        for (r, k) in keys.iter_mut().enumerate() {
+            *k = mix64(cycle_key.wrapping_add((r as u64 + 1).wrapping_mul(GAMMA))) as u32;
+        }
+        Ok(Feistel {
+            length,
+            half_bits: h,
+            mask: u32::MAX >> (32 - h),
+            keys,
+        })
+    }
+
+    /// One pass of the network over the `2^(2h)` domain (no cycle walking).
+    #[inline(always)]
+    fn round_trip(&self, x: u64) -> u64 {
+        let h = self.half_bits;
+        let mut left = (x >> h) as u32;
+        let mut right = (x as u32) & self.mask;
+        for &k in &self.keys {
+            let next = left ^ (mix32(right ^ k) & self.mask);
+            left = right;
+            right = next;
+        }
+        ((left as u64) << h) | right as u64
+    }
+
+    /// The image of `position` in `[0, length)`; `None` when out of range.
+    pub fn permute(&self, position: u64) -> Option<u64> {
+        if position >= self.length {
+            return None;
+        }
+        let mut x = self.round_trip(position);
+        // Terminates: the network is a bijection of the domain, so the walk is on
+        // the cycle through `position`, which is in range.
+        while x >= self.length {
+            x = self.round_trip(x);
+        }
+        Some(x)
+    }
+
+    /// Applies the network once to every element of `xs`, in place.
+    #[inline(always)]
+    fn apply_all(&self, xs: &mut [u64]) {
+        for x in xs.iter_mut() {
+            *x = self.round_trip(*x);
+        }
+    }
+}
+
+/// [`Feistel::apply_all`], compiled for the best vector extension this CPU has.
+/// The arithmetic is identical on every path.
+fn apply_all(f: &Feistel, xs: &mut [u64]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+        {
+            // SAFETY: the features this function is compiled for were detected.
+            return unsafe { apply_all_avx512(f, xs) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: as above.
+            return unsafe { apply_all_avx2(f, xs) };
+        }
+    }
+    f.apply_all(xs)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl")]
+unsafe fn apply_all_avx512(f: &Feistel, xs: &mut [u64]) {
+    f.apply_all(xs)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn apply_all_avx2(f: &Feistel, xs: &mut [u64]) {
+    f.apply_all(xs)
+}
+
+/// Positions handled together by the CYCLIC kernel (stack buffers).
+const CHUNK: usize = 256;
+
+/// A validated sampler definition; [`Sampler::fill`] writes the batch of a step.
+#[derive(Clone, Debug)]
+pub struct Sampler {
+    mode: Mode,
+    length: u64,
+    batch: usize,
+    seed: u64,
+    /// Full batches per CYCLIC cycle (`length / batch`); 0 for other modes.
+    per_cycle: u64,
+}
+
+impl Sampler {
+    pub fn new(mode: Mode, length: u64, batch: usize, seed: u64) -> Result<Sampler> {
+        if length == 0 {
+            return Err(Error::Invalid("length must be at least 1".into()));
+        }
+        if batch == 0 {
+            return Err(Error::Invalid("batch_size must be at least 1".into()));
+        }
+        let b64 = u64::try_from(batch)
+            .map_err(|_| Error::Invalid("batch_size does not fit in 64 bits".into()))?;
+        let per_cycle = match mode {
+            Mode::Cyclic => {
+                if b64 > length {
+                    return Err(Error::Invalid(format!(
+                        "batch_size ({batch}) must not exceed length ({length}) in CYCLIC mode: \
+                         a cycle would contain no full batch"
+                    )));
+                }
+                length / b64
+            }
+            _ => 0,
+        };
+        Ok(Sampler {
+            mode,
+            length,
+            batch,
+            seed,
+            per_cycle,
+        })
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+    pub fn length(&self) -> u64 {
+        self.length
+    }
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Writes the batch of `step` into `out`, which must hold exactly `batch` items.
+    pub fn fill(&self, step: u64, out: &mut [u64]) -> Result<()> {
+        if out.len() != self.batch {
+            return Err(Error::Invalid(format!(
+                "output holds {} items, the batch size is {}",
+                out.len(),
+                self.batch
+            )));
+        }
+        match self.mode {
+            Mode::Sequential => fill_sequential(self.length, step, out),
+            Mode::Iid => fill_iid(self.length, self.seed, step, out),
+            Mode::Cyclic => self.fill_cyclic(step, out)?,
+        }
+        Ok(())
+    }
+
+    fn fill_cyclic(&self, step: u64, out: &mut [u64]) -> Result<()> {
+        let per_cycle = self.per_cycle.max(1);
+        let cycle = step / per_cycle;
+        let within = step % per_cycle;
+        // within < per_cycle = length / batch, so first + batch <= length: no overflow.
+        let first = within * self.batch as u64;
+        let feistel = Feistel::new(self.length, self.seed, cycle)?;
+        fill_permuted(&feistel, first, out);
+        Ok(())
+    }
+}
+
+/// Writes `out[i] = π(first + i)`; every `first + i` must be below the length.
+fn fill_permuted(feistel: &Feistel, first: u64, out: &mut [u64]) {
+    let length = feistel.length;
+    let mut pending = [0u64; CHUNK];
+    let mut slots = [0u32; CHUNK];
+    let mut start = first;
+    for chunk in out.chunks_mut(CHUNK) {
+        let n = chunk.len();
+        for (i, (p, s)) in pending[..n]
+            .iter_mut()
+            .zip(slots[..n].iter_mut())
+            .enumerate()
+        {
+            *p = start + i as u64;
+            *s = i as u32;
+        }
+        start += n as u64;
+        // Each pass applies the network to every pending value at once (vectorized),
+        // then keeps only those still outside [0, length), branch-free.
+        let mut live = n;
+        while live > 0 {
+            apply_all(feistel, &mut pending[..live]);
+            let mut kept = 0;
+            for q in 0..live {
+                let v = pending[q];
+                let s = slots[q];
+                if let Some(o) = chunk.get_mut(s as usize) {
+                    *o = v;
+                }
+                pending[kept] = v;
+                slots[kept] = s;
+                kept += (v >= length) as usize;
+            }
+            live = kept;
+        }
+    }
+}
+
+fn fill_sequential(length: u64, step: u64, out: &mut [u64]) {
+    let start = ((step as u128 * out.len() as u128) % length as u128) as u64;
+    if (length - start) as u128 >= out.len() as u128 {
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = start + i as u64;
+        }
+        return;
+    }
+    let mut p = start;
+    for o in out.iter_mut() {
+        *o = p;
+        p += 1;
+        if p == length {
+            p = 0;
+        }
+    }
+}
+
+fn fill_iid(length: u64, seed: u64, step: u64, out: &mut [u64]) {
+    // Draw n = step * batch + i of the stream: state0 + (n + 1) * GAMMA, mod 2^64.
+    let n0 = step.wrapping_mul(out.len() as u64);
+    let mut state = mix64(seed ^ TAG_IID).wrapping_add(n0.wrapping_add(1).wrapping_mul(GAMMA));
+    for o in out.iter_mut() {
+        *o = reduce(mix64(state), length);
+        state = state.wrapping_add(GAMMA);
+    }
+}
+
+/// Writes the batch of `step` into `out` (whose length is the batch size).
+pub fn fill(
+    mode: Mode,
+    length: u64,
+    batch: usize,
+    seed: u64,
+    step: u64,
+    out: &mut [u64],
+) -> Result<()> {
+    Sampler::new(mode, length, batch, seed)?.fill(step, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(s: &Sampler, step: u64) -> Vec<u64> {
+        let mut out = vec![0u64; s.batch()];
+        s.fill(step, &mut out).expect("fill");
+        out
+    }
+
+    #[test]
+    fn mix64_matches_splitmix64_reference_stream() {
+        // SplitMix64 seeded with 1234567: the published first outputs.
+        let mut state: u64 = 1234567;
+        let expect = [
+            6457827717110365317u64,
+            3203168211198807973,
+            9817491932198370423,
+            4593380528125082431,
+            16408922859458223821,
+        ];
+        for e in expect {
+            state = state.wrapping_add(GAMMA);
+            assert_eq!(mix64(state), e);
+        }
+    }
+
+    #[test]
+    fn half_bits_is_smallest_even_domain() {
+        assert_eq!(half_bits(1), 1);
+        assert_eq!(half_bits(4), 1);
+        assert_eq!(half_bits(5), 2);
+        assert_eq!(half_bits(16), 2);
+        assert_eq!(half_bits(17), 3);
+        assert_eq!(half_bits(1 << 20), 10);
+        assert_eq!(half_bits((1 << 20) + 1), 11);
+        assert_eq!(half_bits(u64::MAX), 32);
+        for n in 1..5000u64 {
+            let h = half_bits(n);
+            assert!(1u128 << (2 * h) >= n as u128);
+            assert!(h == 1 || 1u128 << (2 * h - 2) < n as u128);
+        }
+    }
+
+    #[test]
+    fn feistel_is_a_permutation() {
+        for n in [
+            1u64, 2, 3, 4, 5, 7, 16, 17, 100, 255, 256, 257, 1000, 4097, 65_537,
+        ] {
+            for cycle in 0..3 {
+                let f = Feistel::new(n, 99, cycle).expect("feistel");
+                let mut seen = vec![false; n as usize];
+                for p in 0..n {
+                    let v = f.permute(p).expect("in range");
+                    assert!(v < n);
+                    assert!(!seen[v as usize], "n={n} duplicate {v}");
+                    seen[v as usize] = true;
+                }
+                assert_eq!(f.permute(n), None);
+            }
+        }
+    }
+
+    #[test]
+    fn cyclic_cycle_is_permutation_minus_remainder() {
+        for (n, b) in [
+            (1u64, 1usize),
+            (10, 3),
+            (97, 8),
+            (1024, 32),
+            (1000, 7),
+            (4099, 256),
+            (12_345, 1000),
+        ] {
+            let s = Sampler::new(Mode::Cyclic, n, b, 5).expect("sampler");
+            let per = n / b as u64;
+            for cycle in 0..3u64 {
+                let mut seen = vec![false; n as usize];
+                for j in 0..per {
+                    for v in batch(&s, cycle * per + j) {
+                        assert!(v < n);
+                        assert!(!seen[v as usize]);
+                        seen[v as usize] = true;
+                    }
+                }
+                // The omitted positions are exactly the cycle's last n % b images.
+                let f = Feistel::new(n, 5, cycle).expect("feistel");
+                let omitted: Vec<u64> = (per * b as u64..n)
+                    .map(|p| f.permute(p).expect("p"))
+                    .collect();
+                let missing: Vec<u64> = (0..n).filter(|&v| !seen[v as usize]).collect();
+                let mut o = omitted.clone();
+                o.sort_unstable();
+                assert_eq!(o, missing);
+            }
+        }
+    }
+
+    #[test]
+    fn cyclic_kernel_matches_scalar_permute() {
+        for (n, b) in [
+            (1_000_003u64, 4096usize),
+            ((1 << 20) + 1, 700),
+            (u64::MAX, 300),
+            (1 << 63, 513),
+        ] {
+            let s = Sampler::new(Mode::Cyclic, n, b, 77).expect("sampler");
+            let per = n / b as u64;
+            for step in [0u64, 1, per - 1, per, 5 * per + 3] {
+                let f = Feistel::new(n, 77, step / per).expect("f");
+                let first = (step % per) * b as u64;
+                let got = batch(&s, step);
+                for (i, v) in got.iter().enumerate() {
+                    assert_eq!(Some(*v), f.permute(first + i as u64));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn huge_lengths_stay_in_range_and_distinct() {
+        for n in [(1u64 << 40) + 3, (1 << 63) - 25, 1 << 63, u64::MAX] {
+            let s = Sampler::new(Mode::Cyclic, n, 1024, 1).expect("sampler");
+            let mut all = Vec::new();
+            for step in 0..64 {
+                all.extend(batch(&s, step));
+            }
+            assert!(all.iter().all(|&v| v < n));
+            let len = all.len();
+            all.sort_unstable();
+            all.dedup();
+            assert_eq!(all.len(), len);
+            for mode in [Mode::Iid, Mode::Sequential] {
+                let s = Sampler::new(mode, n, 1024, 1).expect("sampler");
+                for step in [0, 1, u64::MAX] {
+                    assert!(batch(&s, step).iter().all(|&v| v < n));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn sequential_wraps_with_128_bit_arithmetic() {
+        let s = Sampler::new(Mode::Sequential, 10, 4, 0).expect("s");
+        assert_eq!(batch(&s, 0), vec![0, 1, 2, 3]);
+        assert_eq!(batch(&s, 2), vec![8, 9, 0, 1]);
+        let s = Sampler::new(Mode::Sequential, 3, 7, 0).expect("s");
+        assert_eq!(batch(&s, 1), vec![1, 2, 0, 1, 2, 0, 1]);
+        let n = u64::MAX;
+        let s = Sampler::new(Mode::Sequential, n, 3, 0).expect("s");
+        let step = u64::MAX;
+        let first = ((step as u128 * 3) % n as u128) as u64;
+        let want: Vec<u64> = (0..3u128)
+            .map(|i| ((first as u128 + i) % n as u128) as u64)
+            .collect();
+        assert_eq!(batch(&s, step), want);
+    }
+
+    #[test]
+    fn iid_is_one_stream_chunked_by_batch() {
+        let a = Sampler::new(Mode::Iid, 1000, 6, 9).expect("a");
+        let b = Sampler::new(Mode::Iid, 1000, 3, 9).expect("b");
+        let mut joined = batch(&b, 4);
+        joined.extend(batch(&b, 5));
+        assert_eq!(batch(&a, 2), joined);
+        assert_ne!(batch(&a, 2), batch(&a, 3));
+        let c = Sampler::new(Mode::Iid, 1000, 6, 10).expect("c");
+        assert_ne!(batch(&a, 2), batch(&c, 2));
+        assert!(batch(&a, u64::MAX).iter().all(|&v| v < 1000));
+    }
+
+    #[test]
+    fn deterministic_and_cycles_differ() {
+        let s = Sampler::new(Mode::Cyclic, 1000, 10, 3).expect("s");
+        let t = Sampler::new(Mode::Cyclic, 1000, 10, 3).expect("t");
+        for step in [0u64, 7, 100, 12_345] {
+            assert_eq!(batch(&s, step), batch(&t, step));
+        }
+        assert_ne!(batch(&s, 0), batch(&s, 100));
+    }
+
+    #[test]
+    fn invalid_arguments_are_errors() {
+        assert!(matches!(
+            Sampler::new(Mode::Iid, 0, 1, 0),
+            Err(Error::Invalid(_))
+        ));
+        assert!(matches!(
+            Sampler::new(Mode::Iid, 1, 0, 0),
+            Err(Error::Invalid(_))
+        ));
+        assert!(matches!(
+            Sampler::new(Mode::Cyclic, 3, 4, 0),
+            Err(Error::Invalid(_))
+        ));
+        assert!(Sampler::new(Mode::Sequential, 3, 4, 0).is_ok());
+        let s = Sampler::new(Mode::Iid, 10, 4, 0).expect("s");
+        let mut short = [0u64; 3];
+        assert!(matches!(s.fill(0, &mut short), Err(Error::Invalid(_))));
+        assert!(matches!(
+            fill(Mode::Cyclic, 0, 1, 0, 0, &mut [0]),
+            Err(Error::Invalid(_))
+        ));
+        assert!(Feistel::new(0, 0, 0).is_err());
+        assert_eq!(Mode::from_code(3), None);
+        for m in [Mode::Sequential, Mode::Iid, Mode::Cyclic] {
+            assert_eq!(Mode::from_code(m.code()), Some(m));
+        }
+    }
+}

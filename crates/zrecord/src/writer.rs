@@ -137,7 +137,11 @@ fn release_pages(bytes: &[u8]) {
         // read-only shared file mapping, where MADV_DONTNEED only drops page-table
         // entries; a later access reads the same file bytes back.
         unsafe {
-            libc::madvise(first as *mut libc::c_void, last - first, libc::MADV_DONTNEED);
+            libc::madvise(
+                first as *mut libc::c_void,
+                last - first,
+                libc::MADV_DONTNEED,
+            );
         }
     }
 }
@@ -329,7 +333,8 @@ impl Writer {
             let first = self.next_shard;
             let mut tasks = Vec::with_capacity(chunks.len());
             let mut outs = entries.iter_mut();
-            let mut by_chunk: Vec<Option<&mut ShardFile>> = (0..chunks.len()).map(|_| None).collect();
+            let mut by_chunk: Vec<Option<&mut ShardFile>> =
+                (0..chunks.len()).map(|_| None).collect();
             for (sid, shard) in self.shards.iter_mut().enumerate() {
                 let k = (sid + s - first) % s;
                 if k < chunks.len() {
@@ -390,8 +395,14 @@ impl Writer {
             shard_sizes: self.shards.iter().map(|s| s.size).collect(),
         };
         let hp = self.tmp.join(format::HEADER_FILE);
-        let mut hf = OpenOptions::new().write(true).create_new(true).open(&hp).at(&hp)?;
-        hf.write_all(&header.encode()).and_then(|_| hf.sync_all()).at(&hp)?;
+        let mut hf = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&hp)
+            .at(&hp)?;
+        hf.write_all(&header.encode())
+            .and_then(|_| hf.sync_all())
+            .at(&hp)?;
         fsync_dir(&self.tmp)?;
         rename_no_replace(&self.tmp, &self.dest)?;
         self.done = true;
@@ -459,7 +470,9 @@ where
             let at = buf.len();
             let n = encoder.encode(&data[range(rec)], &mut buf)?;
             if n as u64 > u32::MAX as u64 {
-                return Err(Error::Invalid(format!("record {rec} does not fit the index when compressed")));
+                return Err(Error::Invalid(format!(
+                    "record {rec} does not fit the index when compressed"
+                )));
             }
             out.push(Entry {
                 offset: base + at as u64,
