@@ -493,6 +493,43 @@ class RaggedBatch:
         shapes = np.array([r.shape for r in arrays], dtype=np.uint64).reshape(len(arrays), nd)
         return cls._trusted(_as_dltensor(values), _as_dltensor(cu), _as_dltensor(shapes))
 
+    @classmethod
+    def from_arrow(cls, array: Any) -> RaggedBatch:
+        """Packs a pyarrow ``ListArray`` / ``LargeListArray`` of a primitive type (or
+        a ``ChunkedArray`` of one chunk) as one-dimensional records. Values are
+        shared with Arrow when its buffers allow; ``LargeListArray`` offsets are
+        narrowed to int32 after an overflow check. Nulls are refused."""
+        import pyarrow as pa
+
+        if isinstance(array, pa.ChunkedArray):
+            if array.num_chunks != 1:
+                raise ValueError(
+                    f"from_arrow takes one chunk, got {array.num_chunks}; "
+                    "call combine_chunks() first"
+                )
+            array = array.chunk(0)
+        if not isinstance(array, (pa.ListArray, pa.LargeListArray)):
+            raise TypeError(
+                f"from_arrow takes a pyarrow ListArray or LargeListArray, got {type(array).__name__}"
+            )
+        if array.null_count:
+            raise ValueError(
+                f"the list array holds {array.null_count} nulls; records cannot be null"
+            )
+        flat = array.flatten()  # respects slicing, unlike .values
+        if flat.null_count:
+            raise ValueError(f"the list values hold {flat.null_count} nulls")
+        if not pa.types.is_primitive(flat.type) or pa.types.is_boolean(flat.type):
+            raise TypeError(f"list values must be a fixed-width numeric type, got {flat.type}")
+        values = flat.to_numpy(zero_copy_only=True)
+        offsets = array.offsets.to_numpy(zero_copy_only=True)
+        lengths = np.diff(offsets).astype(np.uint64)
+        rebased = offsets - offsets[0]
+        if rebased[-1] > np.iinfo(np.int32).max:
+            raise ValueError(f"{rebased[-1]} elements overflow int32 cu_seqlens; slice the array")
+        cu = rebased if rebased.dtype == np.int32 else rebased.astype(np.int32)
+        return cls(values, np.ascontiguousarray(cu), lengths.reshape(-1, 1))
+
     @property
     def dtype(self) -> np.dtype:
         return np.dtype(self.values.dtype)
