@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
-from conftest import host
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import host
 from loaderx.zrecord import DLTensor, Ragged, RaggedBatch
 
 DTYPES = [

@@ -510,7 +510,8 @@ class RaggedBatch:
             array = array.chunk(0)
         if not isinstance(array, (pa.ListArray, pa.LargeListArray)):
             raise TypeError(
-                f"from_arrow takes a pyarrow ListArray or LargeListArray, got {type(array).__name__}"
+                "from_arrow takes a pyarrow ListArray or LargeListArray, "
+                f"got {type(array).__name__}"
             )
         if array.null_count:
             raise ValueError(
