@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use numpy::{PyArrayDescrMethods, PyReadonlyArray1, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 use zrecord::pool::{HostPool, DEFAULT_IDLE_LIMIT};
 use zrecord::ragged::RaggedView;
 use zrecord::{Codec, DType, Kind, Schema, Source, Store, Writer};
@@ -258,9 +259,10 @@ impl PyStore {
     }
 
     /// The `zstd_dict` dictionary, or None.
-    fn dictionary(&self, py: Python<'_>) -> PyResult<Option<Vec<u8>>> {
+    fn dictionary<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
         let store = &self.store;
-        py.detach(|| store.dictionary()).py_err()
+        let dict = py.detach(|| store.dictionary()).py_err()?;
+        Ok(dict.map(|d| PyBytes::new(py, &d)))
     }
 }
 
@@ -425,4 +427,25 @@ pub fn check_ragged(
         shapes: typed::<u64>(host_bytes(shapes)?, "shapes")?,
     };
     view.check(itemsize, ndim).py_err()
+}
+
+/// Trains a zstd dictionary of at most `max_size` bytes from samples laid end to
+/// end in `data` (a host array), `sizes` giving each sample's length in bytes.
+#[pyfunction]
+pub fn train_dictionary<'py>(
+    py: Python<'py>,
+    data: &Bound<'py, PyAny>,
+    sizes: Vec<usize>,
+    max_size: usize,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let bytes = host_bytes(data)?;
+    if sizes.iter().sum::<usize>() != bytes.len() {
+        return Err(PyValueError::new_err(
+            "sample sizes do not add up to the data length",
+        ));
+    }
+    let dict = py
+        .detach(|| zrecord::codec::train_dictionary(bytes, &sizes, max_size))
+        .py_err()?;
+    Ok(PyBytes::new(py, &dict))
 }
