@@ -49,9 +49,11 @@ def check(root: str, images: np.ndarray, labels: np.ndarray, ink: list) -> None:
 def read_rate(root: str, batch: int, seconds: float) -> tuple[float, float]:
     """Records per second for random batches of all three streams."""
     rng = np.random.default_rng(0)
-    with Dense.open(f"{root}/image") as im, Dense.open(f"{root}/label") as lb, Ragged.open(
-        f"{root}/ink"
-    ) as rs:
+    with (
+        Dense.open(f"{root}/image") as im,
+        Dense.open(f"{root}/label") as lb,
+        Ragged.open(f"{root}/ink") as rs,
+    ):
         n, steps, start = len(im), 0, time.perf_counter()
         while time.perf_counter() - start < seconds:
             idx = rng.integers(0, n, batch, dtype=np.int64)
@@ -72,8 +74,10 @@ def main() -> None:
     images = digits.images.astype(np.uint8)  # values are whole numbers 0..16
     labels = digits.target.astype(np.int64)
     ink = [np.argwhere(img >= 8).astype(np.int32) for img in images]
-    print(f"source: scikit-learn digits, {len(images)} images {images.shape[1:]}, "
-          f"{sum(len(k) for k in ink)} ink pixels")
+    print(
+        f"source: scikit-learn digits, {len(images)} images {images.shape[1:]}, "
+        f"{sum(len(k) for k in ink)} ink pixels"
+    )
 
     shutil.rmtree(args.out, ignore_errors=True)
     for codec in ("raw", "zstd"):
@@ -84,11 +88,15 @@ def main() -> None:
         check(root, images, labels, ink)
         sizes = {s: du(f"{root}/{s}") for s in ("image", "label", "ink")}
         rate, latency = read_rate(root, args.batch, args.seconds)
-        print(f"[{codec}] wrote {root}/{{image,label,ink}} in {built * 1e3:.1f} ms "
-              f"({', '.join(f'{k} {v / 1024:.1f} KiB' for k, v in sizes.items())}); "
-              f"every record verified")
-        print(f"[{codec}] random batches of {args.batch}: {rate / 1e3:,.0f} krecords/s "
-              f"(image + label + ink), {latency:.0f} us per batch")
+        print(
+            f"[{codec}] wrote {root}/{{image,label,ink}} in {built * 1e3:.1f} ms "
+            f"({', '.join(f'{k} {v / 1024:.1f} KiB' for k, v in sizes.items())}); "
+            f"every record verified"
+        )
+        print(
+            f"[{codec}] random batches of {args.batch}: {rate / 1e3:,.0f} krecords/s "
+            f"(image + label + ink), {latency:.0f} us per batch"
+        )
 
 
 if __name__ == "__main__":
