@@ -258,3 +258,10 @@ def test_flipped_payload_byte_is_found_by_verify(tmp_path, codec):
             ds.verify()
         if codec == "raw":  # raw reads do not re-hash; verify() is the check
             assert not np.array_equal(host(ds[:]), data)
+
+
+def test_create_makes_parent_directories(tmp_path):
+    with Dense.create(tmp_path / "mnist" / "x", np.uint8, (2, 2), codec="zstd") as w:
+        w.append(np.zeros((3, 2, 2), np.uint8))
+    with Dense.open(str(tmp_path / "mnist" / "x")) as ds:
+        assert len(ds) == 3 and ds.path == str(tmp_path / "mnist" / "x")
