@@ -156,44 +156,41 @@ impl Feistel {
         Some(x)
     }
 
-    /// Applies the network once to every element of `xs`, in place.
+    /// Applies the network once to every pair `(left[k], right[k])`, in place
+    /// (the halves of the domain value `left << h | right`).
     #[inline(always)]
-    fn apply_all(&self, xs: &mut [u64]) {
-        for x in xs.iter_mut() {
-            *x = self.round_trip(*x);
+    fn rounds_all(&self, left: &mut [u32], right: &mut [u32]) {
+        let mask = self.mask;
+        for (l, r) in left.iter_mut().zip(right.iter_mut()) {
+            let (mut a, mut b) = (*l, *r);
+            for &k in &self.keys {
+                let next = a ^ (mix32(b ^ k) & mask);
+                a = b;
+                b = next;
+            }
+            *l = a;
+            *r = b;
         }
     }
 }
 
-/// [`Feistel::apply_all`], compiled for the best vector extension this CPU has.
-/// The arithmetic is identical on every path.
-fn apply_all(f: &Feistel, xs: &mut [u64]) {
+/// [`Feistel::rounds_all`], compiled with AVX2 (eight 32-bit lanes) when this CPU
+/// has it. The arithmetic, hence the result, is identical on every path.
+fn rounds_all(f: &Feistel, left: &mut [u32], right: &mut [u32]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512vl")
-        {
-            // SAFETY: the features this function is compiled for were detected.
-            return unsafe { apply_all_avx512(f, xs) };
-        }
         if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: as above.
-            return unsafe { apply_all_avx2(f, xs) };
+            // SAFETY: the feature this function is compiled for was detected.
+            return unsafe { rounds_all_avx2(f, left, right) };
         }
     }
-    f.apply_all(xs)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512vl")]
-unsafe fn apply_all_avx512(f: &Feistel, xs: &mut [u64]) {
-    f.apply_all(xs)
+    f.rounds_all(left, right)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn apply_all_avx2(f: &Feistel, xs: &mut [u64]) {
-    f.apply_all(xs)
+unsafe fn rounds_all_avx2(f: &Feistel, left: &mut [u32], right: &mut [u32]) {
+    f.rounds_all(left, right)
 }
 
 /// Positions handled together by the CYCLIC kernel (stack buffers).
@@ -286,33 +283,40 @@ impl Sampler {
 /// Writes `out[i] = π(first + i)`; every `first + i` must be below the length.
 fn fill_permuted(feistel: &Feistel, first: u64, out: &mut [u64]) {
     let length = feistel.length;
-    let mut pending = [0u64; CHUNK];
+    let h = feistel.half_bits;
+    let mask = feistel.mask;
+    // The walk state of up to CHUNK positions, as the two halves of each value.
+    let mut left = [0u32; CHUNK];
+    let mut right = [0u32; CHUNK];
     let mut slots = [0u32; CHUNK];
     let mut start = first;
     for chunk in out.chunks_mut(CHUNK) {
         let n = chunk.len();
-        for (i, (p, s)) in pending[..n]
+        let init = left[..n]
             .iter_mut()
-            .zip(slots[..n].iter_mut())
-            .enumerate()
-        {
-            *p = start + i as u64;
+            .zip(&mut right[..n])
+            .zip(&mut slots[..n]);
+        for (i, ((l, r), s)) in init.enumerate() {
+            let p = start + i as u64;
+            *l = (p >> h) as u32;
+            *r = p as u32 & mask;
             *s = i as u32;
         }
         start += n as u64;
-        // Each pass applies the network to every pending value at once (vectorized),
-        // then keeps only those still outside [0, length), branch-free.
+        // Each pass applies the network to every live value at once (vectorized),
+        // then keeps only the values still outside [0, length), branch-free.
         let mut live = n;
         while live > 0 {
-            apply_all(feistel, &mut pending[..live]);
+            rounds_all(feistel, &mut left[..live], &mut right[..live]);
             let mut kept = 0;
             for q in 0..live {
-                let v = pending[q];
-                let s = slots[q];
+                let (l, r, s) = (left[q], right[q], slots[q]);
+                let v = ((l as u64) << h) | r as u64;
                 if let Some(o) = chunk.get_mut(s as usize) {
                     *o = v;
                 }
-                pending[kept] = v;
+                left[kept] = l;
+                right[kept] = r;
                 slots[kept] = s;
                 kept += (v >= length) as usize;
             }
