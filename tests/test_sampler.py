@@ -187,6 +187,13 @@ def test_numpy_integers_are_accepted():
     assert s.next().tolist() == ref.batch("CYCLIC", 100, 10, U64_MAX, 3)
 
 
+def test_config_identifies_the_sequence():
+    s = Sampler(1000, 10, CYC, seed=2**64 - 1)
+    s.next()
+    assert s._config() == (1000, 10, "CYCLIC", 2**64 - 1)
+    assert Sampler(1000, 10, IID)._config() == (1000, 10, "IID", 0)
+
+
 def test_pickle_and_copy_resume_at_the_same_step():
     import copy
 
@@ -230,6 +237,7 @@ def test_pickle_and_copy_resume_at_the_same_step():
         (dict(seed=2**64), ValueError, r"seed .* got 18446744073709551616"),
         (dict(seed=1.5), TypeError, r"seed must be an integer, got float"),
         (dict(seed=True), TypeError, r"seed must be an integer, not bool"),
+        (dict(seed=None), TypeError, r"seed must be an integer, got NoneType"),
         (dict(mode=1), TypeError, r"mode must be a Sampler.Mode .*got 1"),
         (dict(mode="IID"), TypeError, r"mode must be a Sampler.Mode .*got 'IID'"),
         (dict(mode=None), TypeError, r"mode must be a Sampler.Mode"),
@@ -272,9 +280,9 @@ def test_seek_validation(step, exc, pattern):
 
 def test_native_class_rejects_bad_mode_codes():
     with pytest.raises(ValueError, match="mode code must be 0, 1 or 2, got 3"):
-        _native.Sampler(10, 2, 3)
+        _native.Sampler(10, 2, 3, 0)
     with pytest.raises(TypeError, match="mode must be an integer"):
-        _native.Sampler(10, 2, 1.0)
+        _native.Sampler(10, 2, 1.0, 0)
 
 
 # --------------------------------------------------------------------------- #

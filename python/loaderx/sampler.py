@@ -73,6 +73,12 @@ class Sampler(_native.Sampler):
             )
         return super().__new__(cls, length, batch_size, mode.value, seed)
 
+    def _config(self) -> tuple[int, int, str, int]:
+        """``(length, batch_size, mode name, seed)``: what identifies this sampler's
+        sequence of batches (the Loader stores it in its resume state)."""
+        length, batch_size, mode, seed, _ = self._state()
+        return (length, batch_size, Sampler.Mode(mode).name, seed)
+
     def __reduce__(self):
         length, batch_size, mode, seed, step = self._state()
         return (type(self), (length, batch_size, Sampler.Mode(mode), seed), step)

@@ -112,21 +112,17 @@ impl PySampler {
 #[pymethods]
 impl PySampler {
     #[new]
-    #[pyo3(signature = (length, batch_size, mode, seed=None))]
     fn new(
         py: Python<'_>,
         length: &Bound<'_, PyAny>,
         batch_size: &Bound<'_, PyAny>,
         mode: &Bound<'_, PyAny>,
-        seed: Option<&Bound<'_, PyAny>>,
+        seed: &Bound<'_, PyAny>,
     ) -> PyResult<Self> {
         let length = int_arg(length, "length", 1)?;
         let batch = int_arg(batch_size, "batch_size", 1)?;
         let mode = mode_arg(mode)?;
-        let seed = match seed {
-            Some(s) => int_arg(s, "seed", 0)?,
-            None => 0,
-        };
+        let seed = int_arg(seed, "seed", 0)?;
         let batch = usize::try_from(batch).map_err(|_| {
             PyValueError::new_err(format!("batch_size {batch} does not fit in memory"))
         })?;
