@@ -4,8 +4,8 @@ import gc
 
 import numpy as np
 import pytest
-from conftest import host
 
+from conftest import host
 from loaderx.allocator import Allocation, Allocator
 from loaderx.allocator import host as host_alloc
 from loaderx.zrecord import Dense, Ragged, RaggedBatch
