@@ -350,3 +350,38 @@ def test_20000_steps_without_growth(streams):
     assert grown < 16 * 1024, f"RSS grew by {grown} KiB"
     gc.collect()
     assert a.stats().live == 0
+
+
+def test_real_sampler_batch_size_is_checked_at_construction(streams):
+    from loaderx.sampler import Sampler
+
+    with pytest.raises(ValueError, match="batch size 6 does not divide by the 4 bindings"):
+        Loader({"label": [streams["label"]] * 4}, Sampler(N, 6, Sampler.Mode.IID, seed=1))
+
+
+@pytest.mark.parametrize("mode", ["IID", "CYCLIC", "SEQUENTIAL"])
+@pytest.mark.parametrize("workers", [0, 1, 4])
+def test_resume_with_the_real_sampler(streams, mode, workers):
+    from loaderx.sampler import Sampler
+
+    def make():
+        return Sampler(N, 32, Sampler.Mode[mode], seed=42)
+
+    st = {"label": [streams["label"]] * 2, "x": [streams["x"]] * 2}
+
+    def ids(shards):
+        return np.concatenate([host(s["label"]) for s in shards]).tolist()
+
+    with Loader(st, make(), workers=workers) as a:
+        seen = [ids(next(a)) for _ in range(1000)]
+        state = a.state_dict()
+        want = [ids(next(a)) for _ in range(20)]
+    assert state["sampler"] == (N, 32, mode, 42)
+    reference = make()
+    assert seen[:3] == [reference.next().tolist() for _ in range(3)]
+    with Loader(st, make(), workers=workers) as b:
+        b.load_state_dict(state)
+        assert [ids(next(b)) for _ in range(20)] == want
+    with Loader(st, Sampler(N, 32, Sampler.Mode[mode], seed=43), workers=0) as c:
+        with pytest.raises(ValueError, match="seed|sampler"):
+            c.load_state_dict(state)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ._schema import check_int
+from .sampler import Sampler
 
 __all__ = ["Loader"]
 
@@ -28,6 +29,14 @@ def _sampler_key(sampler: Any) -> Any:
     state taken with another configuration."""
     key = getattr(sampler, "_config", None)
     return key() if callable(key) else None
+
+
+def _batch_size(sampler: Any) -> int | None:
+    """The sampler's batch size when it can be known before the first draw."""
+    if isinstance(sampler, Sampler):
+        return sampler._config()[1]
+    size = getattr(sampler, "batch_size", None)
+    return size if isinstance(size, int) else None
 
 
 def _validate_streams(streams: Any) -> tuple[list[str], list[list[Any]]]:
@@ -103,8 +112,8 @@ class Loader:
         self._width = len(self._lists[0])
         if not callable(getattr(sampler, "next", None)):
             raise TypeError("sampler must have a next() method returning a 1-D uint64 array")
-        batch = getattr(sampler, "batch_size", None)
-        if isinstance(batch, int) and batch % self._width:
+        batch = _batch_size(sampler)
+        if batch is not None and batch % self._width:
             raise ValueError(
                 f"the sampler's batch size {batch} does not divide by the {self._width} "
                 f"bindings of stream {self._names[0]!r}"
