@@ -7,7 +7,7 @@
 //! the pool holds one thread fewer than the parallelism we want: on two cores that
 //! is one persistent helper, which is what saturates memory bandwidth.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rayon::ThreadPool;
 
@@ -16,13 +16,17 @@ use crate::error::{Error, Result};
 static POOL: Mutex<Option<(u32, Arc<ThreadPool>)>> = Mutex::new(None);
 
 /// Threads that work on one call, the caller included. `LOADERX_NUM_THREADS`
-/// overrides the machine's available parallelism.
+/// overrides the machine's available parallelism. Read once per process: asking
+/// the OS reads cgroup files, which costs more than a small gather.
 pub fn parallelism() -> usize {
-    std::env::var("LOADERX_NUM_THREADS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|&n| n >= 1)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    static PARALLELISM: OnceLock<usize> = OnceLock::new();
+    *PARALLELISM.get_or_init(|| {
+        std::env::var("LOADERX_NUM_THREADS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&n| n >= 1)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    })
 }
 
 fn pool() -> Option<Arc<ThreadPool>> {
