@@ -13,8 +13,9 @@ Compares, in one run on the same machine:
 Outputs are verified first (shape, dtype, range; for this tree also the exact
 values against the pure-Python reference in ``tests/sampler_reference.py``), then
 timed. Each figure is the median over timed blocks of the mean time per call in a
-block of ``--block`` calls; rounds alternate between the contenders so that load
-changes hit all of them.
+block of ``--block`` calls. The contenders take turns for every (mode, B) within
+each round (the peer as a persistent worker process), so that changes in machine
+load hit all of them alike.
 
 Usage: python scripts/bench_sampler.py [--length 1000000] [--rounds 3]
 """
@@ -38,33 +39,80 @@ PEER_PYTHON = REPO / ".venv-peer" / "bin" / "python"
 BATCHES = (64, 256, 1024, 4096)
 SEED = 42
 
-# Runs under the peer's interpreter: verify, then time blocks of calls; one JSON line.
-PEER_SNIPPET = r"""
+# Runs under the peer's interpreter as a worker: for each request line
+# [mode, B, block, blocks] it verifies the output, times blocks of calls and answers
+# one JSON line, so that the three contenders are measured side by side.
+PEER_WORKER = r"""
 import json, sys, time
 import numpy as np
+import loaderx
 from loaderx.sampler import Sampler
-length, batches, modes, block, blocks = json.loads(sys.argv[1])
-out = {}
-for mode in modes:
-    for b in batches:
-        s = Sampler(length, b, getattr(Sampler.Mode, mode), seed=42)
-        a = s.next()
-        if not (isinstance(a, np.ndarray) and a.dtype == np.uint64 and a.shape == (b,)
-                and int(a.max()) < length):
-            raise SystemExit(f"peer {mode} B={b}: unexpected output {type(a)} {a.dtype} {a.shape}")
-        nxt = s.next
+length = int(sys.argv[1])
+print(json.dumps({"version": getattr(loaderx, "__version__", "?")}), flush=True)
+for line in sys.stdin:
+    mode, b, block, blocks = json.loads(line)
+    s = Sampler(length, b, getattr(Sampler.Mode, mode), seed=42)
+    a = s.next()
+    if not (isinstance(a, np.ndarray) and a.dtype == np.uint64 and a.shape == (b,)
+            and int(a.max()) < length):
+        raise SystemExit(f"peer {mode} B={b}: unexpected output {type(a)} {a.dtype} {a.shape}")
+    nxt = s.next
+    for _ in range(block):
+        nxt()
+    per_call = []
+    for _ in range(blocks):
+        t0 = time.perf_counter()
         for _ in range(block):
             nxt()
-        per_call = []
-        for _ in range(blocks):
-            t0 = time.perf_counter()
-            for _ in range(block):
-                nxt()
-            per_call.append((time.perf_counter() - t0) / block)
-        out[f"{mode}/{b}"] = per_call
-import loaderx
-print(json.dumps({"version": getattr(loaderx, "__version__", "?"), "times": out}))
+        per_call.append((time.perf_counter() - t0) / block)
+    print(json.dumps(per_call), flush=True)
 """
+
+
+class Peer:
+    """The published Sampler, driven in its own interpreter; ``reason`` is set when
+    it is not available."""
+
+    def __init__(self, length: int) -> None:
+        self.proc = None
+        self.label = ""
+        self.reason = ""
+        if not PEER_PYTHON.exists():
+            self.reason = f"not available: {PEER_PYTHON} is missing (see this script's docstring)"
+            return
+        self.proc = subprocess.Popen(
+            [str(PEER_PYTHON), "-c", PEER_WORKER, str(length)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd="/",
+        )
+        hello = self._read()
+        if hello is not None:
+            self.label = f"loaderx {hello['version']}"
+
+    def _read(self):
+        assert self.proc is not None and self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            err = (self.proc.stderr.read() if self.proc.stderr else "").strip().splitlines()
+            self.reason = "not available: the peer run failed: " + (err[-1] if err else "?")
+            self.proc = None
+            return None
+        return json.loads(line)
+
+    def time(self, mode: str, b: int, block: int, blocks: int) -> list[float]:
+        if self.proc is None or self.proc.stdin is None:
+            return []
+        self.proc.stdin.write(json.dumps([mode, b, block, blocks]) + "\n")
+        self.proc.stdin.flush()
+        return self._read() or []
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.stdin is not None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
 
 
 def machine() -> str:
@@ -114,21 +162,6 @@ def verify_ours(length: int) -> None:
             assert again.tolist() == ref.batch(mode.name, length, b, SEED, 7), (mode, b)
 
 
-def peer_times(length: int, modes: list[str], block: int, blocks: int) -> tuple[dict, str]:
-    """({"MODE/B": [seconds per call, ...]}, version) or ({}, reason)."""
-    if not PEER_PYTHON.exists():
-        return {}, f"not available: {PEER_PYTHON} is missing (see this script's docstring)"
-    arg = json.dumps([length, list(BATCHES), modes, block, blocks])
-    proc = subprocess.run(
-        [str(PEER_PYTHON), "-c", PEER_SNIPPET, arg], capture_output=True, text=True, cwd="/"
-    )
-    if proc.returncode != 0:
-        lines = (proc.stderr or proc.stdout).strip().splitlines() or ["no output"]
-        return {}, f"not available: the peer run failed: {lines[-1]}"
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result["times"], f"loaderx {result['version']}"
-
-
 def fmt_us(seconds: float | None) -> str:
     return "n/a" if seconds is None else f"{seconds * 1e6:.2f}"
 
@@ -172,22 +205,24 @@ def main() -> None:
     modes = ["SEQUENTIAL", "IID", "CYCLIC"]
     ours: dict[str, list[float]] = {f"{m}/{b}": [] for m in modes for b in BATCHES}
     numpy_t: dict[int, list[float]] = {b: [] for b in BATCHES}
-    peer: dict[str, list[float]] = {}
-    peer_label = ""
-    for _ in range(args.rounds):
-        for b in BATCHES:
-            for m in modes:
-                s = Sampler(length, b, getattr(Sampler.Mode, m), seed=SEED)
-                ours[f"{m}/{b}"] += time_blocks(s.next, args.block, args.blocks)
-            rng = np.random.default_rng(SEED)
-            probe = rng.integers(0, length, b)
-            assert probe.shape == (b,) and int(probe.max()) < length
-            numpy_t[b] += time_blocks(
-                lambda rng=rng, b=b: rng.integers(0, length, b), args.block, args.blocks
-            )
-        times, peer_label = peer_times(length, modes, args.block, args.blocks)
-        for k, v in times.items():
-            peer.setdefault(k, []).extend(v)
+    peer_t: dict[str, list[float]] = {f"{m}/{b}": [] for m in modes for b in BATCHES}
+    peer = Peer(length)
+    try:
+        for _ in range(args.rounds):
+            for b in BATCHES:
+                rng = np.random.default_rng(SEED)
+                probe = rng.integers(0, length, b)
+                assert probe.shape == (b,) and int(probe.max()) < length
+                numpy_t[b] += time_blocks(
+                    lambda rng=rng, b=b: rng.integers(0, length, b), args.block, args.blocks
+                )
+                for m in modes:
+                    s = Sampler(length, b, getattr(Sampler.Mode, m), seed=SEED)
+                    ours[f"{m}/{b}"] += time_blocks(s.next, args.block, args.blocks)
+                    peer_t[f"{m}/{b}"] += peer.time(m, b, args.block, args.blocks)
+    finally:
+        peer.close()
+    peer_label = peer.label if not peer.reason else peer.reason
 
     def med(values):
         return statistics.median(values) if values else None
@@ -199,7 +234,7 @@ def main() -> None:
     print()
     rows = []
     for b in BATCHES:
-        o, n, p = med(ours[f"IID/{b}"]), med(numpy_t[b]), med(peer.get(f"IID/{b}", []))
+        o, n, p = med(ours[f"IID/{b}"]), med(numpy_t[b]), med(peer_t[f"IID/{b}"])
         rows.append([str(b), fmt_us(o), fmt_us(n), fmt_us(p), fmt_ratio(n, o), fmt_ratio(p, o)])
     print(
         table(
@@ -214,7 +249,7 @@ def main() -> None:
     for b in BATCHES:
         row = [str(b)]
         for m in modes:
-            row += [fmt_us(med(ours[f"{m}/{b}"])), fmt_us(med(peer.get(f"{m}/{b}", [])))]
+            row += [fmt_us(med(ours[f"{m}/{b}"])), fmt_us(med(peer_t[f"{m}/{b}"]))]
         rows.append(row)
     headers = ["B"]
     for m in modes:
