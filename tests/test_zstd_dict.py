@@ -252,6 +252,7 @@ def test_every_ragged_source_gives_the_same_dictionary_when_unsampled(tmp_path, 
     with ragged_store(tmp_path / "s", recs, codec="zstd") as s:
         assert train_dict(s) == expect
         assert train_dict(s[:]) == expect  # a RaggedBatch
+        assert train_dict(iter(s)) == expect  # one-record RaggedBatches
     assert train_dict(RaggedBatch.from_records(recs)) == expect
     assert train_dict(r for r in recs) == expect
 

@@ -245,8 +245,12 @@ def _ragged_batch_sample(
     return _read_spread(n, k, n or 1, lambda pos: [records[i] for i in pos], itemsize, budget, rng)
 
 
-def _records_of(item: Any, i: int) -> Iterator[tuple[np.ndarray, int]]:
-    """The record(s) one iterable element stands for, with their itemsize."""
+def _records_of(item: Any, i: int, checked: set[np.dtype]) -> Iterator[tuple[np.ndarray, int]]:
+    """The record(s) one iterable element stands for, as bytes, with their itemsize.
+    `checked` remembers dtypes already validated."""
+    if type(item) is np.ndarray and item.dtype in checked:  # the common case, fast
+        yield _bytes_of(item), item.dtype.itemsize
+        return
     if isinstance(item, RaggedBatch):
         values = _host(item.values, f"record {i}")
         for r in _split(values, np.from_dlpack(item.cu_seqlens)):
@@ -258,7 +262,15 @@ def _records_of(item: Any, i: int) -> Iterator[tuple[np.ndarray, int]]:
             "NumPy arrays (or loaderx DLTensors)"
         )
     a = _host(item, f"record {i}")
+    checked.add(a.dtype)
     yield _bytes_of(a), a.dtype.itemsize
+
+
+def _uniforms(rng: np.random.Generator) -> Iterator[float]:
+    """An endless stream of uniform floats, drawn in blocks (one draw per record
+    would dominate the sampling time)."""
+    while True:
+        yield from rng.random(4096).tolist()
 
 
 def _iterable_sample(
@@ -270,14 +282,21 @@ def _iterable_sample(
     bytes fit the budget are kept (bottom-k sampling), so memory stays bounded
     by the budget however long the iterable is. Kept records stay in input order.
     """
-    heap: list[tuple[float, int, np.ndarray]] = []  # (-key, order, piece)
+    heap: list[tuple[float, int, np.ndarray]] = []  # (-key, order, piece): max-heap of keys
+    keys = _uniforms(rng)
+    checked: set[np.dtype] = set()
     total = 0
     order = 0
     for i, item in enumerate(records):
-        for record, itemsize in _records_of(item, i):
-            piece = _window(record, itemsize, rng).copy()
-            heapq.heappush(heap, (-float(rng.random()), order, piece))
+        for record, itemsize in _records_of(item, i, checked):
+            key = next(keys)
             order += 1
+            size = min(record.size, MAX_PIECE)
+            full = total + size > budget and len(heap) >= MIN_SAMPLES
+            if full and key >= -heap[0][0]:
+                continue  # it would be the first record dropped again
+            piece = _window(record, itemsize, rng).copy()  # the producer may reuse memory
+            heapq.heappush(heap, (-key, order, piece))
             total += piece.size
             while total > budget and len(heap) > MIN_SAMPLES:
                 total -= heapq.heappop(heap)[2].size
