@@ -193,13 +193,17 @@ class Loader:
                 result = _Step(self._finish(self._shards(idx)))
             except BaseException as e:  # noqa: BLE001 - delivered to the consumer
                 result = _Step(error=e)
+            failed = result.error is not None
             with self._cond:
                 if self._closed:
                     return
                 self._done[step] = result
                 self._cond.notify_all()
-                if result.error is not None:
-                    return
+            # Drop this thread's references before waiting for the next claim, or a
+            # batch the consumer already discarded would stay alive past the bound.
+            del result, idx
+            if failed:
+                return
 
     # -- consumer side ------------------------------------------------------------
 
