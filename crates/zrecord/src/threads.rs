@@ -1,19 +1,25 @@
 //! The helper threads behind every parallel gather and write.
 //!
-//! We own this pool instead of using rayon's global one for two reasons. A forked
-//! child (a PyTorch DataLoader worker holding an open reader) inherits the pool's
-//! bookkeeping but none of its threads, so we build a fresh pool the first time a
-//! new process uses it. And the calling thread does a share of the work itself, so
-//! the pool holds one thread fewer than the parallelism we want: on two cores that
-//! is one persistent helper, which is what saturates memory bandwidth.
+//! A call splits its work into parts and publishes them; the calling thread and
+//! any idle helper claim parts one at a time from a shared counter. The caller
+//! never waits for a helper to *start*: parts nobody claimed yet it runs itself,
+//! and it only waits for parts a helper is already running. On a busy two-core
+//! machine that matters more than anything else here: a descheduled helper costs
+//! nothing, where a fork-join pool would block the caller until it ran.
+//!
+//! Helpers spin briefly after a job before parking, so back-to-back batches are
+//! picked up without a wake-up system call. The pool is rebuilt the first time a
+//! forked child uses it (the child inherits the bookkeeping but not the threads).
 
-use std::sync::{Arc, Mutex, OnceLock};
-
-use rayon::ThreadPool;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 
-static POOL: Mutex<Option<(u32, Arc<ThreadPool>)>> = Mutex::new(None);
+/// How long an idle helper keeps looking for the next job before it parks.
+const SPIN: Duration = Duration::from_micros(50);
 
 /// Threads that work on one call, the caller included. `LOADERX_NUM_THREADS`
 /// overrides the machine's available parallelism. Read once per process: asking
@@ -29,68 +35,6 @@ pub fn parallelism() -> usize {
     })
 }
 
-fn pool() -> Option<Arc<ThreadPool>> {
-    let pid = std::process::id();
-    let mut guard = POOL.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((owner, p)) = guard.as_ref() {
-        if *owner == pid {
-            return Some(p.clone());
-        }
-    }
-    // A pool inherited through fork has no threads behind it; dropping it would wait
-    // for them, so it is forgotten instead.
-    if let Some(old) = guard.take() {
-        std::mem::forget(old);
-    }
-    let helpers = parallelism().saturating_sub(1);
-    if helpers == 0 {
-        return None;
-    }
-    let p = rayon::ThreadPoolBuilder::new()
-        .num_threads(helpers)
-        .thread_name(|i| format!("loaderx-{i}"))
-        .build()
-        .ok()?;
-    let p = Arc::new(p);
-    *guard = Some((pid, p.clone()));
-    Some(p)
-}
-
-/// Runs `work` on every part, the first on the calling thread and the rest on the
-/// pool, and returns the first error. Parts must be independent.
-pub fn run_parts<T, F>(parts: Vec<T>, work: F) -> Result<()>
-where
-    T: Send,
-    F: Fn(T) -> Result<()> + Sync,
-{
-    let pool = if parts.len() > 1 { pool() } else { None };
-    let Some(pool) = pool else {
-        return parts.into_iter().try_for_each(work);
-    };
-    let failure: Mutex<Option<Error>> = Mutex::new(None);
-    let record = |r: Result<()>| {
-        if let Err(e) = r {
-            let mut f = failure.lock().unwrap_or_else(|p| p.into_inner());
-            f.get_or_insert(e);
-        }
-    };
-    let mut parts = parts.into_iter();
-    let first = parts.next();
-    pool.in_place_scope(|scope| {
-        for part in parts {
-            let (work, record) = (&work, &record);
-            scope.spawn(move |_| record(work(part)));
-        }
-        if let Some(part) = first {
-            record(work(part));
-        }
-    });
-    match failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
-}
-
 /// How many parts to split `units` of work into, given the smallest part worth a
 /// thread hand-off.
 pub fn part_count(units: usize, min_units_per_part: usize) -> usize {
@@ -98,10 +42,179 @@ pub fn part_count(units: usize, min_units_per_part: usize) -> usize {
     by_size.clamp(1, parallelism())
 }
 
+/// A published job: a claim loop that any thread may run, and how many helpers
+/// are inside it.
+struct Job {
+    run: *const (dyn Fn() + Sync),
+    active: AtomicUsize,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct JobPtr(*const Job);
+// SAFETY: a JobPtr is only dereferenced by a helper that joined the job under the
+// slot lock; the publishing caller keeps the job alive until every joined helper
+// has left (see `run_parts`).
+unsafe impl Send for JobPtr {}
+
+struct Shared {
+    slot: Mutex<Option<JobPtr>>,
+    wake: Condvar,
+    generation: AtomicU64,
+    parked: AtomicUsize,
+}
+
+static POOL: Mutex<Option<(u32, Arc<Shared>)>> = Mutex::new(None);
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// This process's pool, or None when there are no helpers to have.
+fn pool() -> Option<Arc<Shared>> {
+    let helpers = parallelism().saturating_sub(1);
+    if helpers == 0 {
+        return None;
+    }
+    let pid = std::process::id();
+    let mut guard = lock(&POOL);
+    if let Some((owner, shared)) = guard.as_ref() {
+        if *owner == pid {
+            return Some(shared.clone());
+        }
+    }
+    // Inherited through fork: no threads behind it. Forget it rather than drop it,
+    // in case a lock inside was held at the fork.
+    if let Some(old) = guard.take() {
+        std::mem::forget(old);
+    }
+    let shared = Arc::new(Shared {
+        slot: Mutex::new(None),
+        wake: Condvar::new(),
+        generation: AtomicU64::new(0),
+        parked: AtomicUsize::new(0),
+    });
+    for i in 0..helpers {
+        let s = shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("loaderx-{i}"))
+            .spawn(move || helper(&s));
+        if spawned.is_err() {
+            break; // fewer helpers only means less parallelism
+        }
+    }
+    *guard = Some((pid, shared.clone()));
+    Some(shared)
+}
+
+fn helper(shared: &Shared) {
+    let mut seen = shared.generation.load(Ordering::Acquire);
+    loop {
+        let start = Instant::now();
+        let mut spins = 0u32;
+        while shared.generation.load(Ordering::Acquire) == seen {
+            spins = spins.wrapping_add(1);
+            if spins % 64 != 0 || start.elapsed() < SPIN {
+                std::hint::spin_loop();
+                continue;
+            }
+            let mut slot = lock(&shared.slot);
+            shared.parked.fetch_add(1, Ordering::SeqCst);
+            while shared.generation.load(Ordering::Acquire) == seen {
+                slot = shared.wake.wait(slot).unwrap_or_else(|e| e.into_inner());
+            }
+            shared.parked.fetch_sub(1, Ordering::SeqCst);
+            break;
+        }
+        seen = shared.generation.load(Ordering::Acquire);
+        let joined = {
+            let slot = lock(&shared.slot);
+            slot.inspect(|job| {
+                // SAFETY: the job is in the slot, so its caller has not retracted it
+                // and will wait for `active` to return to zero.
+                unsafe { &*job.0 }.active.fetch_add(1, Ordering::AcqRel);
+            })
+        };
+        if let Some(job) = joined {
+            // SAFETY: we joined under the lock; the job outlives our `active` count.
+            let job = unsafe { &*job.0 };
+            unsafe { (*job.run)() };
+            job.active.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Runs `work` on every part, on the calling thread and any idle helper, and
+/// returns the first error. Parts must be independent.
+pub fn run_parts<T, F>(parts: Vec<T>, work: F) -> Result<()>
+where
+    T: Send,
+    F: Fn(T) -> Result<()> + Sync,
+{
+    let shared = if parts.len() > 1 { pool() } else { None };
+    let Some(shared) = shared else {
+        return parts.into_iter().try_for_each(work);
+    };
+    let n = parts.len();
+    let slots: Vec<Mutex<Option<T>>> = parts.into_iter().map(|p| Mutex::new(Some(p))).collect();
+    let next = AtomicUsize::new(0);
+    let failure: Mutex<Option<Error>> = Mutex::new(None);
+    let claim_loop = || loop {
+        let i = next.fetch_add(1, Ordering::AcqRel);
+        if i >= n {
+            return;
+        }
+        let Some(part) = lock(&slots[i]).take() else {
+            continue;
+        };
+        let outcome = catch_unwind(AssertUnwindSafe(|| work(part)))
+            .unwrap_or_else(|_| Err(Error::Invalid("internal error: a worker panicked".into())));
+        if let Err(e) = outcome {
+            lock(&failure).get_or_insert(e);
+        }
+    };
+    let run: &(dyn Fn() + Sync) = &claim_loop;
+    // SAFETY: the 'static lifetime is a lie the protocol below makes harmless: the
+    // job is retracted before this function returns and we wait until no helper
+    // is running it, so no helper touches `run` after it goes out of scope.
+    let run: &'static (dyn Fn() + Sync) = unsafe { std::mem::transmute(run) };
+    let job = Job {
+        run,
+        active: AtomicUsize::new(0),
+    };
+    let me = JobPtr(&job);
+    {
+        let mut slot = lock(&shared.slot);
+        *slot = Some(me);
+        shared.generation.fetch_add(1, Ordering::AcqRel);
+    }
+    if shared.parked.load(Ordering::SeqCst) > 0 {
+        shared.wake.notify_all();
+    }
+    claim_loop();
+    {
+        let mut slot = lock(&shared.slot);
+        if *slot == Some(me) {
+            *slot = None;
+        }
+    }
+    let mut spins = 0u32;
+    while job.active.load(Ordering::Acquire) != 0 {
+        spins = spins.wrapping_add(1);
+        if spins < 1 << 12 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    match failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
 
     #[test]
     fn every_part_runs_once_and_errors_surface() {
@@ -120,5 +233,41 @@ mod tests {
             }
         });
         assert!(matches!(r, Err(Error::Invalid(m)) if m == "five"));
+    }
+
+    #[test]
+    fn parts_fill_disjoint_outputs_from_many_callers() {
+        let callers: Vec<_> = (0..6)
+            .map(|c| {
+                std::thread::spawn(move || {
+                    for round in 0..200u32 {
+                        let mut out = vec![0u32; 1000];
+                        let parts: Vec<_> = out.chunks_mut(100).enumerate().collect();
+                        run_parts(parts, |(k, chunk)| {
+                            chunk.fill(round * 100 + k as u32 + c);
+                            Ok(())
+                        })
+                        .unwrap();
+                        for (k, chunk) in out.chunks(100).enumerate() {
+                            assert!(chunk.iter().all(|&v| v == round * 100 + k as u32 + c));
+                        }
+                    }
+                })
+            })
+            .collect();
+        for c in callers {
+            c.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn a_panicking_part_is_an_error_not_a_hang() {
+        let r = run_parts((0..4).collect(), |i: i32| {
+            if i == 2 {
+                panic!("boom");
+            }
+            Ok(())
+        });
+        assert!(matches!(r, Err(Error::Invalid(m)) if m.contains("panicked")));
     }
 }
