@@ -16,7 +16,9 @@ tensors (loaderx through ``torch.from_dlpack`` in its transform) and runs in a
 fresh process: correctness is checked on the first batches, then after a warm-up
 the timed steps run while a sampler thread records the peak PSS (proportional set
 size, so pages shared between a parent and its forked workers count once) of the
-process and all its children. The published loaderx 2.8.6 runs the same loop in
+process and all its children. "loader PSS" is that peak minus the PSS measured
+after the imports (torch alone maps over 500 MiB) and before the loader is built:
+the memory the data path itself costs. The published loaderx 2.8.6 runs the same loop in
 its own virtual environment (``.venv-peer``) with ``np.from_dlpack`` as consumer,
 since torch is not installed there.
 
@@ -27,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 import tempfile
 import threading
@@ -109,8 +110,18 @@ def _pss_kib(pid: int) -> int:
     return 0
 
 
+def tree_pss_kib() -> int:
+    """PSS of this process and all its descendants."""
+    pids, total = [os.getpid()], 0
+    while pids:
+        p = pids.pop()
+        total += _pss_kib(p)
+        pids += _children(p)
+    return total
+
+
 class PeakPss:
-    """Samples the PSS of this process and all its descendants every 20 ms."""
+    """Samples the PSS of this process tree every 20 ms."""
 
     def __init__(self) -> None:
         self.peak_kib = 0
@@ -119,26 +130,23 @@ class PeakPss:
 
     def _run(self) -> None:
         while not self._stop.wait(0.02):
-            pids, total = [os.getpid()], 0
-            while pids:
-                p = pids.pop()
-                total += _pss_kib(p)
-                pids += _children(p)
-            self.peak_kib = max(self.peak_kib, total)
+            self.peak_kib = max(self.peak_kib, tree_pss_kib())
 
     def __enter__(self) -> PeakPss:
+        self.peak_kib = tree_pss_kib()
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        self.peak_kib = max(self.peak_kib, tree_pss_kib())
 
 
 # -- workers (each runs in a fresh process) ----------------------------------------
 
 
-def timed(batches, check, warmup: int, steps: int) -> dict:
+def timed(batches, check, warmup: int, steps: int, baseline_kib: int) -> dict:
     it = iter(batches)
     check(next(it))
     for _ in range(warmup):
@@ -148,7 +156,32 @@ def timed(batches, check, warmup: int, steps: int) -> dict:
         for _ in range(steps):
             next(it)
         elapsed = time.perf_counter() - start
-    return {"batches_per_s": steps / elapsed, "peak_pss_mib": mem.peak_kib / 1024}
+    return {
+        "batches_per_s": steps / elapsed,
+        "peak_pss_mib": mem.peak_kib / 1024,
+        "data_pss_mib": (mem.peak_kib - baseline_kib) / 1024,
+    }
+
+
+def peer_stores(args: argparse.Namespace, work: Path) -> Path:
+    """Builds the published loaderx's own raw stores (its format differs from ours)
+    with its public API, once per run."""
+    from loaderx.zrecord import Dense, Ragged, RaggedBatch
+
+    root = work / "peer"
+    target = root / args.kind
+    if target.exists():
+        return root
+    if args.kind == "dense":
+        images = np.load(args.dense, mmap_mode="r")
+        with Dense.create(str(target), images.dtype, images.shape[1:], codec="raw") as w:
+            w.append(np.ascontiguousarray(images))
+    else:
+        toks, offs = np.load(args.tokens, mmap_mode="r"), np.load(args.offsets)
+        recs = [np.array(toks[a:b]) for a, b in zip(offs[:-1], offs[1:], strict=True)]
+        with Ragged.create(str(target), toks.dtype, ndim=1, codec="raw") as w:
+            w.append(RaggedBatch.from_records(recs))
+    return root
 
 
 def loaderx_batches(work: Path, kind: str, workers: int, consumer: str):
@@ -163,7 +196,8 @@ def loaderx_batches(work: Path, kind: str, workers: int, consumer: str):
         convert = torch.from_dlpack
     else:
         convert = np.from_dlpack
-    reader = Dense.open(work / "dense") if kind == "dense" else Ragged.open(work / "ragged")
+    path = str(work / kind)
+    reader = Dense.open(path) if kind == "dense" else Ragged.open(path)
     sampler = Sampler(len(reader), BATCH, Sampler.Mode.IID, seed=1)
     drawn: list[np.ndarray] = []
 
@@ -235,6 +269,9 @@ def torch_batches(dense: str, tokens: str, offsets: str, kind: str, workers: int
 
 
 def worker_main(args: argparse.Namespace) -> None:
+    if args.consumer == "torch":
+        import torch  # noqa: F401  (imported before the baseline is taken)
+    baseline = tree_pss_kib()
     work = Path(args.work)
     steps, warmup = args.steps, args.warmup
     if args.backend == "torch":
@@ -251,8 +288,10 @@ def worker_main(args: argparse.Namespace) -> None:
                 assert np.array_equal(values.numpy(), want) and cu[-1] == len(want)
 
         batches = torch_batches(args.dense, args.tokens, args.offsets, args.kind, args.workers)
-        result = timed(_endless(batches), check, warmup, steps)
+        result = timed(_endless(batches), check, warmup, steps, baseline)
     else:
+        if args.backend == "peer":
+            work = peer_stores(args, work)
         loader, drawn = loaderx_batches(work, args.kind, args.workers, args.consumer)
         src = np.load(args.dense, mmap_mode="r")
         toks, offs = np.load(args.tokens, mmap_mode="r"), np.load(args.offsets)
@@ -266,7 +305,7 @@ def worker_main(args: argparse.Namespace) -> None:
                 assert np.array_equal(np.asarray(batch[0]), want)
 
         with loader:
-            result = timed(loader, check, warmup, steps)
+            result = timed(loader, check, warmup, steps, baseline)
     emit(result)
 
 
@@ -308,59 +347,54 @@ def main() -> None:
         tokens, offsets, tok_note = ragged_source(args.quick, work)
         build_stores(dense, tokens, offsets, work)
         peer, peer_note = peer_python(None)
-        steps = {"dense": 20 if args.quick else 100, "ragged": 200 if args.quick else 1000}
+        steps = {"dense": 20 if args.quick else 200, "ragged": 2000 if args.quick else 10000}
         print(f"dense: {dense_note}; ragged: {tok_note}; batch {BATCH}; workers {args.workers}")
-        backends = [("loaderx", sys.executable, "torch"), ("torch DataLoader", sys.executable, "")]
+        w = args.workers
+        # (row name, interpreter, backend, consumer, workers)
+        backends = [
+            (f"loaderx, workers={w}", sys.executable, "loaderx", "torch", w),
+            ("loaderx, workers=0", sys.executable, "loaderx", "torch", 0),
+            (f"torch DataLoader, workers={w}", sys.executable, "torch", "torch", w),
+        ]
         if peer is not None:
-            backends.append((f"loaderx {peer_note} (peer)", str(peer), "numpy"))
+            backends.append((f"loaderx {peer_note}, workers={w}", str(peer), "peer", "numpy", w))
         else:
             print(f"published loaderx: not measured ({peer_note})")
         for kind in ("dense", "ragged"):
             rows, results = [], {}
-            for name, python, consumer in backends:
-                backend = "torch" if name.startswith("torch") else "loaderx"
-                argv = [
-                    __file__,
-                    "--worker",
-                    "--work",
-                    str(work),
-                    "--backend",
-                    backend,
-                    "--kind",
-                    kind,
-                    "--consumer",
-                    consumer or "torch",
-                    "--dense",
-                    str(dense),
-                    "--tokens",
-                    str(tokens),
-                    "--offsets",
-                    str(offsets),
-                    "--workers",
-                    str(args.workers),
-                    "--steps",
-                    str(steps[kind]),
-                ]
-                env = {"PYTHONPATH": str(REPO / "python")} if python != sys.executable else None
+            for name, python, backend, consumer, workers in backends:
+                argv = [__file__, "--worker", "--work", str(work), "--backend", backend]
+                argv += ["--kind", kind, "--consumer", consumer, "--dense", str(dense)]
+                argv += ["--tokens", str(tokens), "--offsets", str(offsets)]
+                argv += ["--workers", str(workers), "--steps", str(steps[kind])]
                 try:
-                    results[name] = run_worker(python, argv, env)
+                    results[name] = run_worker(python, argv)
                 except RuntimeError as e:
-                    rows.append([name, "failed", str(e)[:60], "", ""])
-            base = results.get("torch DataLoader")
+                    rows.append([name, "failed", str(e)[:60], "", "", ""])
+            base = results.get(f"torch DataLoader, workers={w}")
             for name, r in results.items():
-                ratio = f"{r['batches_per_s'] / base['batches_per_s']:.2f}x" if base else "-"
-                mem = f"{r['peak_pss_mib'] / base['peak_pss_mib']:.2f}x" if base else "-"
+                speed = r["batches_per_s"] / base["batches_per_s"] if base else float("nan")
+                mem = r["data_pss_mib"] / base["data_pss_mib"] if base else float("nan")
                 rows.append(
-                    [name, f"{r['batches_per_s']:.1f}", f"{r['peak_pss_mib']:.0f}", ratio, mem]
+                    [
+                        name,
+                        f"{r['batches_per_s']:.1f}",
+                        f"{r['peak_pss_mib']:.0f}",
+                        f"{r['data_pss_mib']:.0f}",
+                        f"{speed:.2f}x",
+                        f"{mem:.2f}x",
+                    ]
                 )
             print(f"\n{kind}: {steps[kind]} timed batches of {BATCH}")
-            print(
-                table(
-                    ["backend", "batches/s", "peak PSS MiB", "speed vs torch", "memory vs torch"],
-                    rows,
-                )
-            )
-    shutil.rmtree(REPO / "python" / "__pycache__", ignore_errors=True)
+            headers = [
+                "backend",
+                "batches/s",
+                "peak PSS MiB",
+                "loader PSS MiB",
+                "speed vs torch",
+                "loader memory vs torch",
+            ]
+            print(table(headers, rows))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 //! checks on the hot path.
 
 use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
@@ -18,6 +19,12 @@ use crate::threads;
 const MIN_PART_BYTES: usize = 64 << 10;
 /// The same for compressed records, whose decoding costs far more per byte.
 const MIN_PART_BYTES_COMPRESSED: usize = 16 << 10;
+
+/// Raw records at least this large are read with `pread` instead of copied from
+/// the memory map. The system call costs little against the copy at this size, and
+/// it keeps large payloads out of the process's mapped (resident) memory: a
+/// mapped read would count every record ever touched in the reader's RSS.
+const PREAD_MIN_BYTES: usize = 32 << 10;
 
 /// A record position as the caller gives it.
 pub trait Position: Copy + Send + Sync {
@@ -47,6 +54,7 @@ impl Position for i64 {
 
 struct Shard {
     path: PathBuf,
+    file: File,
     map: Option<Mmap>,
 }
 
@@ -64,9 +72,10 @@ pub struct Store {
     entry_size: usize,
     shards: Vec<Shard>,
     decoder: Decoder,
+    read_directly: bool,
 }
 
-fn map_file(path: &Path, expected: u64, what: &str) -> Result<Option<Mmap>> {
+fn map_file(path: &Path, expected: u64, what: &str) -> Result<(File, Option<Mmap>)> {
     let file = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -84,12 +93,12 @@ fn map_file(path: &Path, expected: u64, what: &str) -> Result<Option<Mmap>> {
         ));
     }
     if size == 0 {
-        return Ok(None);
+        return Ok((file, None));
     }
     // SAFETY: published stores are immutable; nothing in this library writes to a
     // published file, and the contract forbids others to.
     let map = unsafe { Mmap::map(&file) }.at(path)?;
-    Ok(Some(map))
+    Ok((file, Some(map)))
 }
 
 impl Store {
@@ -115,7 +124,7 @@ impl Store {
         };
         let header = Header::decode(&raw, &hp)?;
         let ip = path.join(format::INDEX_FILE);
-        let index = map_file(&ip, header.index_size, "the index")?;
+        let (_, index) = map_file(&ip, header.index_size, "the index")?;
         let sum = xxh3_64(index.as_deref().unwrap_or(&[]));
         if sum != header.index_xxh3 {
             return Err(Error::corrupt(
@@ -129,12 +138,12 @@ impl Store {
             .enumerate()
             .map(|(s, &size)| {
                 let p = path.join(format::data_file(s));
-                map_file(&p, size, "the data shard").map(|map| Shard { path: p, map })
+                map_file(&p, size, "the data shard").map(|(file, map)| Shard { path: p, file, map })
             })
             .collect::<Result<Vec<_>>>()?;
         let dict = if header.dict_size > 0 {
             let dp = path.join(format::DICT_FILE);
-            let d = map_file(&dp, header.dict_size, "the dictionary")?;
+            let (_, d) = map_file(&dp, header.dict_size, "the dictionary")?;
             let d = d.as_deref().unwrap_or(&[]).to_vec();
             if xxh3_64(&d) != header.dict_xxh3 {
                 return Err(Error::corrupt(&dp, "dictionary checksum mismatch"));
@@ -145,12 +154,14 @@ impl Store {
         };
         let decoder = Decoder::new(header.schema.codec, dict.as_deref())
             .map_err(|e| Error::corrupt(path, e.to_string()))?;
+        let header_codec_is_raw = header.schema.codec == crate::codec::Codec::Raw;
         let store = Store {
             path: path.to_path_buf(),
             entry_size: header.schema.entry_size(),
             header,
             index,
             shards,
+            read_directly: header_codec_is_raw,
             decoder,
         };
         store.check_entries(&ip)?;
@@ -273,6 +284,16 @@ impl Store {
         dst: &mut [u8],
     ) -> Result<()> {
         let e = self.entry(pos);
+        if self.read_directly && dst.len() >= PREAD_MIN_BYTES {
+            let shard = &self.shards[e.shard as usize];
+            if e.stored_len as usize != dst.len() {
+                return Err(Error::corrupt(
+                    &shard.path,
+                    format!("record {pos}: bad stored length"),
+                ));
+            }
+            return shard.file.read_exact_at(dst, e.offset).at(&shard.path);
+        }
         session.decode(self.stored(&e), dst).map_err(|msg| {
             Error::corrupt(
                 &self.shards[e.shard as usize].path,
