@@ -124,7 +124,7 @@ class Loader:
         self._prefetch = check_int(prefetch, "prefetch", 1)
         self._sampler = sampler
         self._transform = transform
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.Lock())
         self._claimed = 0  # next step a worker will draw
         self._delivered = 0  # next step the consumer receives
         self._done: dict[int, _Step] = {}
