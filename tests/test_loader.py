@@ -205,6 +205,22 @@ def test_close_is_prompt_when_workers_block_on_a_full_queue(streams):
         next(loader)
 
 
+def consume_in_thread(loader):
+    """Starts a thread blocked in loader.next(); returns it and the messages of the
+    ValueErrors it gets."""
+    errors = []
+
+    def consume():
+        try:
+            loader.next()
+        except ValueError as e:
+            errors.append(str(e))
+
+    t = threading.Thread(target=consume)
+    t.start()
+    return t, errors
+
+
 def test_close_is_prompt_during_a_slow_transform(streams):
     started = threading.Event()
 
@@ -214,16 +230,7 @@ def test_close_is_prompt_during_a_slow_transform(streams):
         return shards
 
     loader = Loader({"label": [streams["label"]]}, Strided(4), transform=slow, workers=2)
-    errors = []
-
-    def consume():
-        try:
-            loader.next()
-        except ValueError as e:
-            errors.append(str(e))
-
-    consumer = threading.Thread(target=consume)
-    consumer.start()
+    consumer, errors = consume_in_thread(loader)
     assert started.wait(2)
     t0 = time.perf_counter()
     loader.close()
@@ -237,16 +244,7 @@ def test_close_is_prompt_while_the_consumer_waits(streams):
     loader = Loader(
         {"label": [streams["label"]]}, Strided(4), transform=lambda s: gate.wait(5) and s, workers=1
     )
-    errors = []
-
-    def consume():
-        try:
-            loader.next()
-        except ValueError as e:
-            errors.append(str(e))
-
-    t = threading.Thread(target=consume)
-    t.start()
+    t, errors = consume_in_thread(loader)
     time.sleep(0.2)
     loader.close()
     t.join(1.0)
