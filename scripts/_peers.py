@@ -12,6 +12,7 @@ returns a batch of positions in the form a training step consumes:
 The life of an adapter: ``prepare(src)`` (untimed setup: a writer, a dictionary),
 ``write(src)`` (the timed write of the complete source, including the backend's own
 commit), ``open()``, ``gather(idx)`` (the timed read), ``disk_bytes()``, ``close()``.
+A store written earlier is reopened with ``set_layout(src)`` then ``open()``.
 
 Third-party modules are imported inside the methods that use them, so this file
 loads anywhere NumPy does (the published loaderx's venv has nothing else) and a
@@ -199,13 +200,18 @@ class Peer:
     def version(self) -> str:
         return f"{self.module} {importlib.metadata.version(self.module)}"
 
-    def prepare(self, src) -> None:
-        """Untimed setup before ``write``; records the source's layout."""
+    def set_layout(self, src) -> None:
+        """Records the source's kind, dtype and ndim; enough to ``open`` a store
+        written earlier from the same source."""
         if isinstance(src, np.ndarray):
             self.item_shape = tuple(src.shape[1:])
             self.ndim, self.dtype = len(self.item_shape), src.dtype
         else:
             self.ndim, self.dtype = src.ndim, src.dtype
+
+    def prepare(self, src) -> None:
+        """Untimed setup before ``write``."""
+        self.set_layout(src)
 
     def write(self, src) -> None:
         if isinstance(src, np.ndarray):
