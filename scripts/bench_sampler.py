@@ -24,15 +24,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np
+from _bench_common import load_average, machine  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 PEER_PYTHON = REPO / ".venv-peer" / "bin" / "python"
@@ -113,23 +113,6 @@ class Peer:
         if self.proc is not None and self.proc.stdin is not None:
             self.proc.stdin.close()
             self.proc.wait(timeout=30)
-
-
-def machine() -> str:
-    model = "unknown CPU"
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            model = line.split(":", 1)[1].strip()
-            break
-    cores = len(os.sched_getaffinity(0))
-    return (
-        f"{model}, {cores} cores, Linux {platform.release()}, "
-        f"Python {platform.python_version()}, NumPy {np.__version__}"
-    )
-
-
-def load_average() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 def time_blocks(call, block: int, blocks: int) -> list[float]:
