@@ -357,7 +357,7 @@ class Hdf5(Peer):
             raise ValueError("the vlen layout is for ragged records")
         with h5py.File(self.path, "w") as f:
             chunk = (1, *array.shape[1:])
-            f.create_dataset("d", data=array, chunks=chunk, **self._options(chunk))
+            f.create_dataset("d", data=array, **{"chunks": chunk, **self._options(chunk)})
 
     def open(self) -> None:
         import h5py
