@@ -28,32 +28,6 @@ const MIN_PART_BYTES_COMPRESSED: usize = 16 << 10;
 /// mapped read would count every record ever touched in the reader's RSS.
 const PREAD_MIN_BYTES: usize = 32 << 10;
 
-/// A record position as the caller gives it.
-pub trait Position: Copy + Send + Sync {
-    fn position(self) -> Option<u64>;
-    fn as_i128(self) -> i128;
-}
-
-impl Position for u64 {
-    #[inline]
-    fn position(self) -> Option<u64> {
-        Some(self)
-    }
-    fn as_i128(self) -> i128 {
-        self as i128
-    }
-}
-
-impl Position for i64 {
-    #[inline]
-    fn position(self) -> Option<u64> {
-        u64::try_from(self).ok()
-    }
-    fn as_i128(self) -> i128 {
-        self as i128
-    }
-}
-
 struct Shard {
     path: PathBuf,
     file: File,
@@ -263,20 +237,15 @@ impl Store {
         &self.shards[e.shard as usize].bytes()[start..start + e.stored_len as usize]
     }
 
-    fn check_positions<P: Position>(&self, idx: &[P]) -> Result<()> {
+    fn check_positions(&self, idx: &[u64]) -> Result<()> {
         let len = self.len();
-        for &p in idx {
-            match p.position() {
-                Some(v) if v < len => {}
-                _ => {
-                    return Err(Error::OutOfRange {
-                        index: p.as_i128(),
-                        len,
-                    })
-                }
-            }
+        match idx.iter().find(|&&p| p >= len) {
+            Some(&p) => Err(Error::OutOfRange {
+                index: p as i128,
+                len,
+            }),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     fn decode_into(
@@ -312,7 +281,7 @@ impl Store {
     }
 
     /// Fills `out` with the Dense records at `idx`, in order.
-    pub fn gather_dense<P: Position>(&self, idx: &[P], out: &mut [u8]) -> Result<()> {
+    pub fn gather_dense(&self, idx: &[u64], out: &mut [u8]) -> Result<()> {
         let schema = &self.header.schema;
         if schema.kind != Kind::Dense {
             return Err(Error::Invalid("gather_dense on a Ragged store".into()));
@@ -336,14 +305,14 @@ impl Store {
         threads::run_parts(tasks, |(ids, dst)| {
             let mut session = self.decoder.session();
             for (&p, slot) in ids.iter().zip(dst.chunks_exact_mut(rb)) {
-                self.decode_into(&mut session, p.position().unwrap_or(0), slot)?;
+                self.decode_into(&mut session, p, slot)?;
             }
             Ok(())
         })
     }
 
     /// Checks positions and computes where a Ragged gather of `idx` puts its bytes.
-    pub fn ragged_layout<P: Position>(&self, idx: &[P]) -> Result<RaggedLayout> {
+    pub fn ragged_layout(&self, idx: &[u64]) -> Result<RaggedLayout> {
         let schema = &self.header.schema;
         if schema.kind != Kind::Ragged {
             return Err(Error::Invalid("a Ragged gather on a Dense store".into()));
@@ -353,7 +322,7 @@ impl Store {
         let mut elements: u64 = 0;
         for &p in idx {
             // check_entries bounded each record, so this sum cannot overflow u64.
-            let bytes = self.logical_ragged_bytes(p.position().unwrap_or(0));
+            let bytes = self.logical_ragged_bytes(p);
             elements += bytes / isz;
         }
         RaggedLayout::new(idx.len(), schema.ndim, elements as usize, isz as usize)
@@ -369,12 +338,7 @@ impl Store {
     }
 
     /// Fills `out` (exactly `layout.total` bytes) with the Ragged records at `idx`.
-    pub fn gather_ragged<P: Position>(
-        &self,
-        idx: &[P],
-        layout: &RaggedLayout,
-        out: &mut [u8],
-    ) -> Result<()> {
+    pub fn gather_ragged(&self, idx: &[u64], layout: &RaggedLayout, out: &mut [u8]) -> Result<()> {
         if out.len() != layout.total || layout.records != idx.len() {
             return Err(Error::Invalid(
                 "output does not match the ragged layout".into(),
@@ -388,7 +352,7 @@ impl Store {
         let shape_bytes = 8 * layout.ndim;
         let mut sizes = Vec::with_capacity(idx.len());
         for (k, &p) in idx.iter().enumerate() {
-            let pos = p.position().unwrap_or(0);
+            let pos = p;
             let bytes = self.logical_ragged_bytes(pos);
             sizes.push(bytes as usize);
             acc += bytes / isz as u64;
@@ -417,11 +381,7 @@ impl Store {
             let mut session = self.decoder.session();
             let mut at = 0;
             for (&p, &n) in ids.iter().zip(sizes) {
-                self.decode_into(
-                    &mut session,
-                    p.position().unwrap_or(0),
-                    &mut dst[at..at + n],
-                )?;
+                self.decode_into(&mut session, p, &mut dst[at..at + n])?;
                 at += n;
             }
             Ok(())
