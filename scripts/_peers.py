@@ -327,8 +327,9 @@ class Hdf5(Peer):
       the group ``r`` (name = position) in the record's own shape, contiguous for
       ``raw``, a single gzip chunk (level 4, h5py's default) for ``gzip``; a gather
       looks each dataset up by name and ``read_direct``s it into the packed output.
-      Dense: one (n, *item_shape) dataset chunked one record per chunk, read with
-      fancy indexing as above."""
+      Dense: one (n, *item_shape) dataset chunked one record per chunk; a gather
+      ``read_direct``s each record into the stacked output (h5py's fancy indexing
+      over the batch's chunks was 55-75x slower on 147 KiB image records)."""
 
     module = "h5py"
     codecs = ("vlen", "raw", "gzip")
@@ -392,8 +393,11 @@ class Hdf5(Peer):
         return values, cu.astype(np.int32), shapes
 
     def _gather_dense(self, idx: np.ndarray) -> np.ndarray:
-        uniq, inverse = np.unique(idx, return_inverse=True)
-        return self._dense[uniq][inverse]
+        d = self._dense
+        out = np.empty((len(idx), *self.item_shape), dtype=self.dtype)
+        for k, i in enumerate(idx.tolist()):
+            d.read_direct(out, np.s_[i], np.s_[k])
+        return out
 
     def close(self) -> None:
         if getattr(self, "_file", None) is not None:

@@ -1,37 +1,54 @@
-"""Random batch gather from Dense stores, against NumPy memory maps and loaderx 2.8.6.
+"""Random batch gather of fixed-shape records, against the stores a user might pick instead.
 
-What is measured: fresh uniform IID batches of 256 positions (with replacement) are
-gathered from each backend on a warm page cache until the timed calls sum to at
-least two seconds. One timed call is the public read plus consumption as a NumPy
-array:
+Every backend persists the same (n, *item_shape) source and, inside one timed call,
+turns a batch of positions into one stacked ``(256, *item_shape)`` ndarray. loaderx
+returns it with ``np.from_dlpack(ds[idx])`` on a Dense store; the others build it.
+The adapters live in ``_peers.py`` (their docstrings say how each store is laid out
+and read): npy memory map (``arr[idx]``), LMDB (one key per record), HDF5 (one
+(n, *item_shape) dataset chunked one record per chunk, raw and gzip), Arrow IPC
+(memory-mapped: raw ``list<T>``, zstd record batches, raw ``large_binary``), Parquet
+(zstd), ArrayRecord (raw and zstd, ``group_size:1``), Lance (its defaults), loaderx of
+this checkout (raw, zstd, zstd_dict, and raw with ``LOADERX_NUM_THREADS=1``) and the
+published loaderx 2.8.6 in its own venv (``--peer-python``, default ``.venv-peer``),
+run as a black box with the same calls. For images, ``memcpy 2 threads`` copies one
+batch's bytes (a contiguous run of records starting at the batch's first position)
+from an in-RAM copy of the source into a preallocated buffer, half per thread: a
+memory-bandwidth ceiling, not a gather.
 
-- ``loaderx <codec>``: ``np.from_dlpack(ds[idx])`` on a store of this checkout;
-  ``loaderx raw, 1 thread`` is the same with ``LOADERX_NUM_THREADS=1``;
-- ``peer 2.8.6 <codec>``: the same calls on a store written by the published
-  loaderx 2.8.6, run in its own venv (``--peer-python``, default ``.venv-peer``);
-- ``npy-mmap``: ``arr[idx]`` on ``np.load(path, mmap_mode='r')`` of the source;
-- ``memcpy 2 threads`` (images only): copying one batch's bytes (a contiguous run
-  of records) from an in-RAM copy of the source into a preallocated buffer, half
-  per thread: a memory-bandwidth ceiling, not a gather.
+Data: the real sets under ``data/`` (``docs/datasets.md``): ``images``,
+``data/vision/dense_images.npy`` from ``scripts/prepare_vision.py``, 2,500 photographs
+resized and center-cropped to uint8 (3, 224, 224); ``tokens``,
+``data/tokens/dense_tokens.npy`` from ``scripts/prepare_tokens.py``, 200,000 blocks of
+512 GPT-2 token ids (int32) of Debian documentation prose. ``--synthetic``, or a
+missing file, falls back to deterministic synthetic data of the same dtype and shape
+(smooth colour fields with pixel noise; Zipf-distributed ids), and the output says
+so. ``--quick`` takes a prefix of the records.
 
-Every measurement runs in a fresh worker process on the same source and the same
-index sequence. Stores are written from the source ``.npy`` memory map in a single
-append. Each worker first verifies its backend: several random batches with
-repeated positions plus the first and last record must equal ``src[idx]`` exactly
-(dtype, shape and values). Warm-up then reads every record once plus a few random
-batches. Index drawing and result destruction are outside the timed span. The
-machine is shared, so each backend is measured in three rounds interleaved with
-the others and the table shows its median round (``--quick``: one round of 0.3 s
-on fewer records).
+Writes: every backend starts from the same memory-mapped source (read once before)
+and writes it completely, loaderx in one ``append`` of the whole array. Write time
+covers adaptation, writing and publishing (each backend's own close/commit), not
+writer setup (``Dense.create``) or dictionary training (``loaderx.utils.train_dict``
+for zstd_dict, reported in a note under the table).
 
-The data are synthetic but shaped like the real workloads, generated
-deterministically: (a) uint8 (3, 224, 224) images, smooth blobs quantized with
-pixel noise (plain zstd compresses them about 1.3x); (b) int32 (512,) token
-blocks with Zipf-distributed ids below 50257. Real datasets come later.
+Gathers: each backend runs in a fresh worker process. It first verifies batches with
+repeated positions plus the first and last record against the source (dtype, shape
+and values, exactly), then warms up on the page cache (the store's files are read
+once, then a few batches), then times fresh uniform IID batches of 256 positions
+until they sum to >= 2 s (``--quick``: 0.3 s). All backends see the same positions.
+Drawing the positions and dropping the result are outside the timed span. The
+machine is shared, so every backend is timed in ``--rounds`` rounds (default 3;
+``--quick``: 1) interleaved with the others, each round in a fresh process with fresh
+positions; the first round also writes and verifies, the later ones reopen that
+store. The table shows each backend's median round by records/s. A backend whose
+first batch takes longer than ``--max-batch-s``, or whose worker runs past
+``--budget`` seconds, is reported as too slow; one whose package cannot be imported
+as unavailable; nothing is dropped silently.
 
-Columns: logical GiB/s (uncompressed payload per timed second), krecords/s, p95
-latency of one batch, allocated disk bytes of the store, and the throughput ratio
-to npy-mmap.
+Columns: write MiB/s (logical bytes over the write time), disk MiB (allocated blocks
+of the store), krecords/s, logical GiB/s (uncompressed payload per timed second),
+p95 latency of one batch, and records/s against npy-mmap and against the published
+loaderx with the same codec. ``--json PATH`` also writes the results for
+``scripts/plot_benchmarks.py``.
 """
 
 from __future__ import annotations
@@ -39,38 +56,63 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 from _bench_common import (
-    GIB,
-    checkout,
-    disk_bytes,
+    BATCH,
+    CODECS,
+    MIB,
+    PEER_ROWS,
+    REPO,
+    Expected,
     emit,
-    load_average,
-    machine,
+    gather_arguments,
+    gather_defaults,
+    gather_plan,
+    measure_plan,
     one_bench_at_a_time,
-    p95,
-    peer_python,
-    run_worker,
-    table,
-    time_calls,
+    render_gathers,
+    run_gather_bench,
+    store_worker,
+    time_gathers,
+    warm_array,
 )
 
-BATCH = 256
 SEED = 20240601
 VOCAB = 50257
+# real: the prepared file; verify: correctness batches before timing; quick_n: the
+# prefix --quick uses; synthetic_n: records of the synthetic fallback.
 WORKLOADS = {
-    "images": {"dtype": "uint8", "shape": (3, 224, 224), "n": 2_500, "quick_n": 600},
-    "tokens": {"dtype": "int32", "shape": (512,), "n": 200_000, "quick_n": 20_000},
+    "images": {
+        "dtype": "uint8",
+        "shape": (3, 224, 224),
+        "real": "data/vision/dense_images.npy",
+        "prepare": "scripts/prepare_vision.py",
+        "synthetic_n": 2_500,
+        "quick_n": 300,
+        "verify": 5,
+        "quick_verify": 2,
+    },
+    "tokens": {
+        "dtype": "int32",
+        "shape": (512,),
+        "real": "data/tokens/dense_tokens.npy",
+        "prepare": "scripts/prepare_tokens.py",
+        "synthetic_n": 200_000,
+        "quick_n": 20_000,
+        "verify": 20,
+        "quick_verify": 3,
+    },
 }
-CODECS = ("raw", "zstd")
-CHUNK_BYTES = 64 * 1024**2
+CHUNK_BYTES = 64 * MIB
+MEMCPY = ("memcpy 2 threads", sys.executable, "memcpy", "raw", None, None)
+# The variable-shape HDF5 layout has no fixed-shape counterpart.
+DENSE_ROWS = [r for r in PEER_ROWS if r[0] != "hdf5 vlen"]
 
 
-# ---- synthetic sources ------------------------------------------------------------
+# ---- sources: the real data under data/, or synthetic ---------------------------------
 
 
 def _box_blur(x: np.ndarray, width: int, axis: int) -> np.ndarray:
@@ -101,7 +143,8 @@ def _tokens(rng: np.random.Generator, count: int) -> np.ndarray:
 
 
 def make_source(path: Path, name: str, n: int) -> None:
-    """Writes workload `name` with `n` records to `path` as .npy, chunk by chunk."""
+    """Writes synthetic workload `name` with `n` records to `path` as .npy, chunk by
+    chunk (also the source of ``bench_write.py``)."""
     spec = WORKLOADS[name]
     out = np.lib.format.open_memmap(path, "w+", np.dtype(spec["dtype"]), (n, *spec["shape"]))
     rng = np.random.default_rng(SEED)
@@ -114,41 +157,63 @@ def make_source(path: Path, name: str, n: int) -> None:
     del out
 
 
-# ---- worker side: one backend in its own process ----------------------------------
+def prepare_source(root: Path, name: str, args: argparse.Namespace) -> tuple[Path, int, str]:
+    """The .npy file of workload `name`, how many of its records to use and what the
+    data are: the real file under data/, or a synthetic one written under `root`."""
+    spec = WORKLOADS[name]
+    real = REPO / spec["real"]
+    if args.synthetic or not real.exists():
+        n = spec["quick_n"] if args.quick else spec["synthetic_n"]
+        path = root / f"{name}.npy"
+        make_source(path, name, n)
+        kind = "synthetic (deterministic)"
+        if not args.synthetic:
+            kind += f", because {spec['real']} is missing (make it with {spec['prepare']})"
+            print(f"{name}: {kind}", file=sys.stderr)
+        return path, n, kind
+    src = np.load(real, mmap_mode="r")
+    want = (np.dtype(spec["dtype"]), tuple(spec["shape"]))
+    if (src.dtype, src.shape[1:]) != want:
+        raise ValueError(f"{real}: {src.dtype}{src.shape}, expected {want[0]}(n, *{want[1]})")
+    n = min(spec["quick_n"], len(src)) if args.quick else len(src)
+    return real, n, f"real, {spec['real']} ({spec['prepare']})"
 
 
-def _open_backend(backend: str, src_path: str, store: str, codec: str):
-    """Returns (read(idx) -> ndarray, path whose disk bytes to report)."""
-    src = np.load(src_path, mmap_mode="r")
-    if backend == "npy":
-        return (lambda idx: src[idx]), src_path
-    from loaderx.zrecord import Dense  # this checkout's or the peer's, per interpreter
-
-    if not Path(store).exists():  # the first round writes it, later rounds reuse it
-        with Dense.create(store, src.dtype, src.shape[1:], codec=codec) as writer:
-            writer.append(src)
-    ds = Dense.open(store)
-    return (lambda idx: np.from_dlpack(ds[idx])), store
-
-
-def _verify(read, src: np.ndarray, rng: np.random.Generator) -> None:
-    n = len(src)
-    for _ in range(5):
-        idx = rng.integers(0, n, BATCH, dtype=np.int64)
-        idx[1::8] = idx[0::8]  # repeated positions
-        idx[-2:] = (0, n - 1)
-        out = read(idx)
-        if out.dtype != src.dtype or out.shape != (BATCH, *src.shape[1:]):
-            raise AssertionError(f"got {out.dtype}{out.shape}, expected {src.dtype}")
-        if not np.array_equal(out, src[idx]):
-            raise AssertionError("gathered records differ from the source")
+def describe(name: str, src: np.ndarray, kind: str) -> dict:
+    """Size and shape of a workload, for the table's title and the JSON."""
+    record = src.itemsize * int(np.prod(src.shape[1:]))
+    info = {
+        "records": len(src),
+        "dtype": str(src.dtype),
+        "shape": list(src.shape[1:]),
+        "record_kib": record / 1024,
+        "payload_mib": src.nbytes / MIB,
+        "data": kind,
+    }
+    info["title"] = (
+        f"{name}: {len(src):,} {src.dtype}{tuple(src.shape[1:])} records "
+        f"({record / 1024:.0f} KiB each), {src.nbytes / MIB:.1f} MiB payload; data: {kind}; "
+        f"random IID batches of {BATCH} ({BATCH * record / MIB:.1f} MiB)"
+    )
+    return info
 
 
-def _warm(read, n: int, rng: np.random.Generator) -> None:
-    for start in range(0, n, BATCH):
-        read(np.arange(start, min(n, start + BATCH), dtype=np.int64))
-    for _ in range(5):
-        read(rng.integers(0, n, BATCH, dtype=np.int64))
+def load(args: argparse.Namespace) -> np.ndarray:
+    path, n = args.src
+    return np.load(path, mmap_mode="r")[: int(n)]
+
+
+# ---- worker side: one backend in its own process ----------------------------------------
+
+
+def expected(src: np.ndarray) -> Expected:
+    """A gather must return exactly ``src[idx]``."""
+    record = src.itemsize * int(np.prod(src.shape[1:]))
+
+    def payload(idx: np.ndarray) -> int:
+        return len(idx) * record
+
+    return Expected(len(src), src.nbytes, lambda idx: (src[idx],), payload, ("batch",))
 
 
 def _memcpy_reader(src: np.ndarray):
@@ -172,130 +237,63 @@ def _memcpy_reader(src: np.ndarray):
 
 
 def worker(args: argparse.Namespace) -> None:
-    """Measures one backend and prints its result as JSON."""
-    src = np.load(args.src, mmap_mode="r")
-    n = len(src)
-    if args.worker == "memcpy":
-        read, disk = _memcpy_reader(src), None
-    else:
-        read, disk_path = _open_backend(args.worker, args.src, args.store, args.codec)
-        _verify(read, src, np.random.default_rng(SEED + 1))
-        disk = disk_bytes(disk_path)
-    _warm(read, n, np.random.default_rng(SEED + 2))
-    rng = np.random.default_rng(SEED + 3)
-    lat = time_calls(read, lambda: rng.integers(0, n, BATCH, dtype=np.int64), args.seconds)
-    batch_bytes = BATCH * src.itemsize * int(np.prod(src.shape[1:]))
-    total = sum(lat)
+    """Writes, verifies and times one backend (``_bench_common.store_worker``), or
+    times the memcpy ceiling."""
+    src = load(args)
+    warm_array(src)
+    if args.worker != "memcpy":
+        return store_worker(args, src, expected(src), SEED)
+    read = _memcpy_reader(src)
     emit(
         {
-            "gib_s": len(lat) * batch_bytes / total / GIB,
-            "krec_s": len(lat) * BATCH / total / 1e3,
-            "p95_ms": p95(lat) * 1e3,
-            "disk": disk,
-            "batches": len(lat),
+            "version": f"numpy {np.__version__}",
+            **time_gathers(read, expected(src), args.seconds, SEED, args.round),
         }
     )
 
 
-# ---- main side: orchestrate workers and print tables --------------------------------
+# ---- main side: orchestrate workers and print tables ------------------------------------
 
 
-def _row(label: str, r: dict, base: float) -> list[str]:
-    disk = "-" if r["disk"] is None else f"{r['disk']:,}"
-    gib, krec, p95_ms = f"{r['gib_s']:.2f}", f"{r['krec_s']:.0f}", f"{r['p95_ms']:.2f}"
-    return [label, gib, krec, p95_ms, disk, f"{r['gib_s'] / base:.2f}x"]
-
-
-def _backends(name: str, peer) -> tuple[list[tuple], list[str]]:
-    """(label, interpreter, worker kind, codec, extra env) of every backend to run on
-    workload `name`, and notes about those that cannot run."""
-    me = sys.executable
-    rows = [("npy-mmap", me, "npy", "raw", {})]
-    rows += [(f"loaderx {c}", me, "loaderx", c, {}) for c in CODECS]
-    rows.append(("loaderx raw, 1 thread", me, "loaderx", "raw", {"LOADERX_NUM_THREADS": "1"}))
-    peer_py, peer_info = peer
-    if peer_py is None:
-        notes = [f"peer loaderx 2.8.6: not run ({peer_info})"]
-    else:
-        notes = []
-        rows += [(f"peer {peer_info} {c}", peer_py, "loaderx", c, {}) for c in CODECS]
-    if name == "images":
-        rows.append(("memcpy 2 threads", me, "memcpy", "raw", {}))
-    return rows, notes
-
-
-def bench_workload(name: str, n: int, root: Path, args: argparse.Namespace, peer) -> str:
-    """Runs every backend `args.rounds` times, interleaved, and tabulates each
-    backend's median round (by GiB/s). Stores are written by the first round."""
-    src = root / f"{name}.npy"
-    make_source(src, name, n)
-    backends, notes = _backends(name, peer)
-    rounds: dict[str, list[dict]] = {b[0]: [] for b in backends}
-    script = str(Path(__file__).resolve())
-    try:
-        for _ in range(args.rounds):
-            for i, (label, python, kind, codec, env) in enumerate(backends):
-                if label not in rounds:  # failed in an earlier round
-                    continue
-                argv = [script, "--worker", kind, "--src", str(src), "--codec", codec]
-                argv += ["--store", str(root / f"{name}-{i}"), "--seconds", str(args.seconds)]
-                try:
-                    rounds[label].append(run_worker(python, argv, env))
-                except RuntimeError as e:
-                    notes.append(f"{label}: failed ({e})")
-                    del rounds[label]
-    finally:
-        for i in range(len(backends)):
-            shutil.rmtree(root / f"{name}-{i}", ignore_errors=True)
-    median = {k: sorted(v, key=lambda r: r["gib_s"])[len(v) // 2] for k, v in rounds.items()}
-    base = median["npy-mmap"]["gib_s"]
-    rows = [_row(label, r, base) for label, r in median.items()]
-    spec = WORKLOADS[name]
-    record_bytes = np.dtype(spec["dtype"]).itemsize * int(np.prod(spec["shape"]))
-    title = (
-        f"{name}: {n:,} synthetic {spec['dtype']}{spec['shape']} records "
-        f"({record_bytes / 1024:.0f} KiB each), batch {BATCH} "
-        f"({BATCH * record_bytes / 1024**2:.1f} MiB); median of {args.rounds} interleaved "
-        f"rounds of >= {args.seconds:g} s timed each"
+def render(info: dict, rows: list[dict]) -> str:
+    """The workload's table, the rows that were not measured and dictionary notes."""
+    note = (
+        "Ratios are records/s (for fixed-size records the same as GiB/s); 'vs 2.8.6' is "
+        "against the published loaderx with the same codec."
     )
-    headers = ["backend", "GiB/s", "krec/s", "p95 ms", "disk bytes", "vs npy"]
-    return "\n".join([title, "", table(headers, rows), *notes])
+    if any(r["backend"] == "memcpy" for r in rows):
+        note += " memcpy 2 threads is a memory-bandwidth ceiling, not a gather."
+    return render_gathers(info, rows, [("vs npy", "npy-mmap"), ("vs 2.8.6", None)], note)
+
+
+def bench_workload(name: str, root: Path, args: argparse.Namespace, peer) -> dict:
+    spec = WORKLOADS[name]
+    (root / name).mkdir(parents=True, exist_ok=True)
+    path, n, kind = prepare_source(root / name, name, args)
+    src_args = [str(path), str(n)]
+    info = describe(name, np.load(path, mmap_mode="r")[:n], kind)
+    verify = spec["quick_verify"] if args.quick else spec["verify"]
+    tail = [MEMCPY] if name == "images" else []
+    plan = gather_plan(DENSE_ROWS, CODECS, peer, args.rows, tail)
+    base = [str(Path(__file__).resolve()), "--seconds", str(args.seconds)]
+    base += ["--max-batch-s", str(args.max_batch_s), "--verify", str(verify)]
+    base += ["--src", *src_args]
+    try:
+        rows = measure_plan(plan, base, root, name, args, peer[1])
+    finally:
+        shutil.rmtree(root / name, ignore_errors=True)
+    return {"info": info, "rows": rows}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="0.3 s per backend, fewer records")
-    ap.add_argument("--dir", help="where sources and stores go (default: a new /tmp folder)")
-    ap.add_argument("--peer-python", help="interpreter of a venv with loaderx 2.8.6")
-    ap.add_argument("--only", choices=sorted(WORKLOADS), help="run one workload")
-    ap.add_argument("--rounds", type=int, help="interleaved rounds per backend (default 3)")
-    for hidden in ("--worker", "--src", "--store", "--codec"):
-        ap.add_argument(hidden, help=argparse.SUPPRESS)
-    ap.add_argument("--seconds", type=float, help=argparse.SUPPRESS)
+    gather_arguments(ap, WORKLOADS)
     args = ap.parse_args()
     if args.worker:
         return worker(args)
-    args.seconds = args.seconds or (0.3 if args.quick else 2.0)
-    args.rounds = args.rounds or (1 if args.quick else 3)
+    gather_defaults(args)
     with one_bench_at_a_time():
-        run(args)
-
-
-def run(args: argparse.Namespace) -> None:
-    root = Path(tempfile.mkdtemp(prefix="loaderx-bench-dense-", dir=args.dir))
-    peer = peer_python(args.peer_python)
-    print(f"Machine: {machine()}")
-    print(f"loaderx checkout: {checkout()}")
-    print(f"Load average at start: {load_average()}")
-    print("Data: synthetic, generated deterministically; real datasets come in a later issue.")
-    try:
-        for name, spec in WORKLOADS.items():
-            if args.only in (None, name):
-                n = spec["quick_n"] if args.quick else spec["n"]
-                print("\n" + bench_workload(name, n, root, args, peer), flush=True)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    print(f"\nLoad average at end: {load_average()}")
+        run_gather_bench("bench_dense", args, WORKLOADS, bench_workload, render)
 
 
 if __name__ == "__main__":
