@@ -13,21 +13,35 @@ Real data from ``scripts/prepare_vision.py`` / ``scripts/prepare_tokens.py`` is 
 when present under ``data/``; otherwise deterministic synthetic data of the same
 geometry is generated (the output says which). Every backend delivers CPU torch
 tensors (loaderx through ``torch.from_dlpack`` in its transform) and runs in a
-fresh process: correctness is checked on the first batches, then after a warm-up
-the timed steps run while a sampler thread records the peak PSS (proportional set
-size, so pages shared between a parent and its forked workers count once) of the
-process and all its children. "loader PSS" is that peak minus the PSS measured
-after the imports (torch alone maps over 500 MiB) and before the loader is built:
-the memory the data path itself costs. The published loaderx 2.8.6 runs the same loop in
-its own virtual environment (``.venv-peer``) with ``np.from_dlpack`` as consumer,
-since torch is not installed there.
+fresh process. Each process imports its libraries, then takes its baseline PSS
+(proportional set size, so pages shared between a parent and its forked workers
+count once) and builds its loader. The first batch is checked against the source
+records, which the check reads with ``os.preadv`` into a temporary that is freed
+before timing, so the check leaves neither mapped file pages nor arrays in the
+measured process. After a warm-up the timed steps run while a sampler thread
+records the PSS of the process and all its children every 20 ms. "peak PSS" is the
+highest sample; "loader PSS" is that peak minus the baseline (torch alone maps
+over 500 MiB): the memory the data path itself costs. It is split, at the peak
+sample, into anonymous memory (``Pss_Anon`` in ``/proc/<pid>/smaps_rollup``:
+batches, pools, heaps, copy-on-write copies in forked workers), mapped files
+(``Pss_File``: page-cache pages of the data files mapped into the process tree;
+the kernel can reclaim them, but RSS and PSS count them) and shared memory
+(``Pss_Shmem``: the ``/dev/shm`` segments torch's workers hand batches over in).
+The published loaderx 2.8.6 runs the same loop in its own virtual environment
+(``.venv-peer``) with ``np.from_dlpack`` as consumer, since torch is not installed
+there; its peak PSS has no torch in it, so compare its loader PSS, not its peak.
 
-Usage: python scripts/bench.py [--quick] [--workers 2] [--sampler]
+``--json PATH`` also writes the results for ``scripts/plot_benchmarks.py`` (a
+throughput against loader memory plot per workload).
+
+Usage: python scripts/bench.py [--quick] [--workers 2] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import os
 import sys
 import tempfile
@@ -38,7 +52,17 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench_common import REPO, emit, machine, one_bench_at_a_time, peer_python, run_worker, table  # noqa: E402
+from _bench_common import (  # noqa: E402
+    REPO,
+    checkout,
+    emit,
+    load_average,
+    machine,
+    one_bench_at_a_time,
+    peer_python,
+    run_worker,
+    table,
+)
 
 BATCH = 256
 
@@ -100,53 +124,113 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _pss_kib(pid: int) -> int:
+# The smaps_rollup fields summed over the tree: Pss = Pss_Anon + Pss_File + Pss_Shmem.
+PSS_FIELDS = ("Pss", "Pss_Anon", "Pss_File", "Pss_Shmem")
+
+
+def _pss_kib(pid: int) -> dict[str, int]:
+    out = dict.fromkeys(PSS_FIELDS, 0)
     try:
         for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1])
+            key, _, rest = line.partition(":")
+            if key in out:
+                out[key] = int(rest.split()[0])
     except OSError:
         pass
-    return 0
+    return out
 
 
-def tree_pss_kib() -> int:
-    """PSS of this process and all its descendants."""
-    pids, total = [os.getpid()], 0
+def tree_pss_kib() -> dict[str, int]:
+    """PSS of this process and all its descendants, in KiB, by kind of page."""
+    pids, total = [os.getpid()], dict.fromkeys(PSS_FIELDS, 0)
     while pids:
         p = pids.pop()
-        total += _pss_kib(p)
+        for k, v in _pss_kib(p).items():
+            total[k] += v
         pids += _children(p)
     return total
 
 
 class PeakPss:
-    """Samples the PSS of this process tree every 20 ms."""
+    """Samples the PSS of this process tree every 20 ms and keeps the sample with
+    the highest total (so its parts add up to the peak)."""
 
     def __init__(self) -> None:
-        self.peak_kib = 0
+        self.peak: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def _sample(self) -> None:
+        now = tree_pss_kib()
+        if now["Pss"] > self.peak.get("Pss", -1):
+            self.peak = now
+
     def _run(self) -> None:
         while not self._stop.wait(0.02):
-            self.peak_kib = max(self.peak_kib, tree_pss_kib())
+            self._sample()
 
     def __enter__(self) -> PeakPss:
-        self.peak_kib = tree_pss_kib()
+        self._sample()
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak_kib = max(self.peak_kib, tree_pss_kib())
+        self._sample()
+
+
+# -- checking without leaving a trace ----------------------------------------------
+
+
+def _npy_layout(path: str) -> tuple[int, np.dtype, tuple[int, ...]]:
+    """Data offset, dtype and shape of a C-ordered ``.npy`` file."""
+    fmt = np.lib.format
+    with open(path, "rb") as f:
+        major, _ = fmt.read_magic(f)
+        read = fmt.read_array_header_1_0 if major == 1 else fmt.read_array_header_2_0
+        shape, fortran, dtype = read(f)
+        assert not fortran, f"{path}: Fortran-ordered"
+        return f.tell(), dtype, shape
+
+
+def npy_rows(path: str, ranges) -> np.ndarray:
+    """The rows ``start:stop`` of the array in a ``.npy`` file for each
+    ``(start, stop)`` in ``ranges``, concatenated. Read with ``os.preadv`` straight
+    into a new array, without mapping the file: the check of the first batch must
+    leave no mapped pages (they would count in the process's PSS) and nothing but
+    a temporary."""
+    offset, dtype, shape = _npy_layout(path)
+    ranges = [(int(a), int(b)) for a, b in ranges]
+    out = np.empty((sum(b - a for a, b in ranges), *shape[1:]), dtype)
+    row_bytes = dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
+    flat = out.reshape(-1).view(np.uint8)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        at = 0
+        for a, b in ranges:
+            n = (b - a) * row_bytes
+            got = os.preadv(fd, [memoryview(flat[at : at + n])], offset + a * row_bytes)
+            assert got == n, f"{path}: short read"
+            at += n
+    finally:
+        os.close(fd)
+    return out
+
+
+def expected_batch(args: argparse.Namespace, ids) -> np.ndarray:
+    """The source's records at ``ids``: dense images, or ragged tokens concatenated."""
+    ids = [int(i) for i in ids]
+    if args.kind == "dense":
+        return npy_rows(args.dense, [(i, i + 1) for i in ids])
+    bounds = npy_rows(args.offsets, [(i, i + 2) for i in ids]).reshape(-1, 2)
+    return npy_rows(args.tokens, bounds)
 
 
 # -- workers (each runs in a fresh process) ----------------------------------------
 
 
-def timed(batches, check, warmup: int, steps: int, baseline_kib: int) -> dict:
+def timed(batches, check, warmup: int, steps: int, baseline: dict[str, int]) -> dict:
     it = iter(batches)
     check(next(it))
     for _ in range(warmup):
@@ -156,10 +240,14 @@ def timed(batches, check, warmup: int, steps: int, baseline_kib: int) -> dict:
         for _ in range(steps):
             next(it)
         elapsed = time.perf_counter() - start
+    loader = {k: (mem.peak[k] - baseline[k]) / 1024 for k in PSS_FIELDS}
     return {
-        "batches_per_s": steps / elapsed,
-        "peak_pss_mib": mem.peak_kib / 1024,
-        "data_pss_mib": (mem.peak_kib - baseline_kib) / 1024,
+        "batches_s": steps / elapsed,
+        "peak_pss_mib": mem.peak["Pss"] / 1024,
+        "loader_pss_mib": loader["Pss"],
+        "loader_anon_mib": loader["Pss_Anon"],
+        "loader_file_mib": loader["Pss_File"],
+        "loader_shmem_mib": loader["Pss_Shmem"],
     }
 
 
@@ -214,6 +302,11 @@ def loaderx_batches(work: Path, kind: str, workers: int, consumer: str):
                 drawn.append(idx.copy())
             return idx
 
+    # In-flight batches are matched to torch's defaults: a DataLoader with w workers
+    # and prefetch_factor=2 keeps 2 * w batches requested ahead of the consumer; a
+    # Loader keeps workers + prefetch claimed ahead of it, so prefetch = w gives the
+    # same 2 * w (4 at --workers 2). With workers=0 both are synchronous and
+    # prefetch is unused (the Loader needs it >= 1).
     loader = Loader(
         {"x": [reader]}, Recording(), transform=transform, workers=workers, prefetch=max(workers, 1)
     )
@@ -269,43 +362,49 @@ def torch_batches(dense: str, tokens: str, offsets: str, kind: str, workers: int
 
 
 def worker_main(args: argparse.Namespace) -> None:
+    # Libraries are imported, and the published loaderx's stores built, before the
+    # baseline is taken: the loader PSS is what the data path adds to that.
     if args.consumer == "torch":
-        import torch  # noqa: F401  (imported before the baseline is taken)
-    baseline = tree_pss_kib()
+        import torch  # noqa: F401
+        import torch.utils.data  # noqa: F401
     work = Path(args.work)
-    steps, warmup = args.steps, args.warmup
-    if args.backend == "torch":
-        src = np.load(args.dense, mmap_mode="r")
-        toks, offs = np.load(args.tokens, mmap_mode="r"), np.load(args.offsets)
+    if args.backend != "torch":
+        import loaderx.dataloader  # noqa: F401
+        import loaderx.sampler  # noqa: F401
+        import loaderx.zrecord  # noqa: F401
 
-        def check(batch):
-            if args.kind == "dense":
-                x, ids = batch
-                assert np.array_equal(x.numpy(), src[ids])
-            else:
-                values, cu, _, ids = batch
-                want = np.concatenate([toks[offs[i] : offs[i + 1]] for i in ids])
-                assert np.array_equal(values.numpy(), want) and cu[-1] == len(want)
-
-        batches = torch_batches(args.dense, args.tokens, args.offsets, args.kind, args.workers)
-        result = timed(_endless(batches), check, warmup, steps, baseline)
-    else:
         if args.backend == "peer":
             work = peer_stores(args, work)
-        loader, drawn = loaderx_batches(work, args.kind, args.workers, args.consumer)
-        src = np.load(args.dense, mmap_mode="r")
-        toks, offs = np.load(args.tokens, mmap_mode="r"), np.load(args.offsets)
+    baseline = tree_pss_kib()
+    steps, warmup = args.steps, args.warmup
 
-        def check(batch):
-            ids = drawn[0]
+    def check(got, cu, ids) -> None:
+        """The first batch against the source; everything it reads is freed."""
+        want = expected_batch(args, ids)
+        assert np.array_equal(np.asarray(got), want), "first batch differs from the source"
+        assert cu is None or int(cu[-1]) == len(want), "cu_seqlens does not end at the length"
+
+    if args.backend == "torch":
+        batches = torch_batches(args.dense, args.tokens, args.offsets, args.kind, args.workers)
+
+        def check_torch(batch) -> None:
             if args.kind == "dense":
-                assert np.array_equal(np.asarray(batch), src[ids])
+                check(batch[0], None, batch[1])
             else:
-                want = np.concatenate([toks[offs[i] : offs[i + 1]] for i in ids])
-                assert np.array_equal(np.asarray(batch[0]), want)
+                check(batch[0], batch[1], batch[3])
+
+        result = timed(_endless(batches), check_torch, warmup, steps, baseline)
+    else:
+        loader, drawn = loaderx_batches(work, args.kind, args.workers, args.consumer)
+
+        def check_loaderx(batch) -> None:
+            if args.kind == "dense":
+                check(batch, None, drawn[0])
+            else:
+                check(batch[0], batch[1], drawn[0])
 
         with loader:
-            result = timed(loader, check, warmup, steps, baseline)
+            result = timed(loader, check_loaderx, warmup, steps, baseline)
     emit(result)
 
 
@@ -326,6 +425,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small data, few steps (~1 min)")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--json", help="also write the results to this JSON file")
     ap.add_argument("--work", help=argparse.SUPPRESS)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--backend", help=argparse.SUPPRESS)
@@ -340,7 +440,20 @@ def main() -> None:
     if args.worker:
         worker_main(args)
         return
-    print(f"machine: {machine()}")
+    header = {
+        "machine": machine(),
+        "checkout": checkout(),
+        "date": datetime.date.today().isoformat(),
+        "load_start": load_average(),
+        "quick": args.quick,
+        "workers": args.workers,
+        "batch": BATCH,
+    }
+    print(f"machine: {header['machine']}")
+    print(f"loaderx checkout: {header['checkout']}, {header['date']}")
+    print(f"load average at start: {header['load_start']}")
+    results = {"script": "bench", **header, "workloads": {}}
+    started = time.perf_counter()
     with one_bench_at_a_time(), tempfile.TemporaryDirectory(prefix="loaderx-bench-") as tmp:
         work = Path(tmp)
         dense, dense_note = dense_source(args.quick, work)
@@ -348,6 +461,7 @@ def main() -> None:
         build_stores(dense, tokens, offsets, work)
         peer, peer_note = peer_python(None)
         steps = {"dense": 20 if args.quick else 200, "ragged": 2000 if args.quick else 10000}
+        notes = {"dense": f"uint8 (3, 224, 224) images, {dense_note}", "ragged": tok_note}
         print(f"dense: {dense_note}; ragged: {tok_note}; batch {BATCH}; workers {args.workers}")
         w = args.workers
         # (row name, interpreter, backend, consumer, workers)
@@ -361,40 +475,56 @@ def main() -> None:
         else:
             print(f"published loaderx: not measured ({peer_note})")
         for kind in ("dense", "ragged"):
-            rows, results = [], {}
+            rows = []
             for name, python, backend, consumer, workers in backends:
                 argv = [__file__, "--worker", "--work", str(work), "--backend", backend]
                 argv += ["--kind", kind, "--consumer", consumer, "--dense", str(dense)]
                 argv += ["--tokens", str(tokens), "--offsets", str(offsets)]
                 argv += ["--workers", str(workers), "--steps", str(steps[kind])]
+                row = {"label": name, "backend": backend, "consumer": consumer, "workers": workers}
                 try:
-                    results[name] = run_worker(python, argv)
+                    row.update(status="ok", **run_worker(python, argv))
                 except RuntimeError as e:
-                    rows.append([name, "failed", str(e)[:60], "", "", ""])
-            base = results.get(f"torch DataLoader, workers={w}")
-            for name, r in results.items():
-                speed = r["batches_per_s"] / base["batches_per_s"] if base else float("nan")
-                mem = r["data_pss_mib"] / base["data_pss_mib"] if base else float("nan")
-                rows.append(
-                    [
-                        name,
-                        f"{r['batches_per_s']:.1f}",
-                        f"{r['peak_pss_mib']:.0f}",
-                        f"{r['data_pss_mib']:.0f}",
-                        f"{speed:.2f}x",
-                        f"{mem:.2f}x",
-                    ]
-                )
+                    row.update(status="failed", reason=str(e))
+                rows.append(row)
+            base = next((r for r in rows if r["backend"] == "torch"), None)
+            for r in rows:
+                if r["status"] == "ok" and base is not None and base["status"] == "ok":
+                    r["speed_vs_torch"] = r["batches_s"] / base["batches_s"]
+                    r["memory_vs_torch"] = r["loader_pss_mib"] / base["loader_pss_mib"]
+            title = f"{kind}: {steps[kind]} timed batches of {BATCH}, workers={w}; {notes[kind]}"
+            results["workloads"][kind] = {"info": {"title": title}, "rows": rows}
             print(f"\n{kind}: {steps[kind]} timed batches of {BATCH}")
-            headers = [
-                "backend",
-                "batches/s",
-                "peak PSS MiB",
-                "loader PSS MiB",
-                "speed vs torch",
-                "loader memory vs torch",
-            ]
-            print(table(headers, rows))
+            print(render(rows), flush=True)
+            if args.json:
+                write_json(args.json, results)
+    results["load_end"] = load_average()
+    results["wall_s"] = time.perf_counter() - started
+    print(f"\nload average at end: {results['load_end']}; {results['wall_s']:.0f} s in all")
+    if args.json:
+        write_json(args.json, results)
+
+
+def render(rows: list[dict]) -> str:
+    """The workload's table: loader PSS is split into its anonymous, mapped-file and
+    shared-memory parts (at the peak sample, so the parts add up to it)."""
+    headers = ["backend", "batches/s", "peak PSS MiB", "loader PSS MiB", "anon MiB"]
+    headers += ["file MiB", "shmem MiB", "speed vs torch", "loader memory vs torch"]
+    lines = []
+    for r in rows:
+        if r["status"] != "ok":
+            lines.append([r["label"], r["status"], r["reason"][:70], *[""] * 6])
+            continue
+        mib = [f"{r[k]:.0f}" for k in ("peak_pss_mib", "loader_pss_mib")]
+        mib += [f"{r[f'loader_{k}_mib']:.0f}" for k in ("anon", "file", "shmem")]
+        ratios = [f"{r[k]:.2f}x" if k in r else "" for k in ("speed_vs_torch", "memory_vs_torch")]
+        lines.append([r["label"], f"{r['batches_s']:.1f}", *mib, *ratios])
+    return table(headers, lines)
+
+
+def write_json(path: str, results: dict) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(results, indent=1) + "\n")
 
 
 if __name__ == "__main__":

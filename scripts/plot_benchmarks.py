@@ -15,7 +15,10 @@ fields of the rows, so a script can start writing JSON without changes here:
   than 20x. Rows whose ``status`` is not ``ok`` get a text line instead of a bar, so
   a backend that was too slow or unavailable stays visible;
 - rows with ``batches_s`` and ``peak_pss_mib`` (the end-to-end loader of
-  ``bench.py``): loader throughput against peak memory, one scatter plot per workload.
+  ``bench.py``): loader throughput against memory, one scatter plot per workload.
+  The memory is ``loader_pss_mib`` (peak PSS minus the PSS before the loader was
+  built) when every row has it, else ``peak_pss_mib``; points are labelled with
+  their anonymous / mapped-file / shared-memory split when the rows carry one.
 
 A row is named by ``label`` (else ``backend`` and ``codec``). Missing input files are
 skipped with a note; a file holding neither kind of row draws nothing.
@@ -42,7 +45,7 @@ def _name(row: dict) -> str:
 
 
 def _colour(name: str) -> str:
-    words = name.split()
+    words = name.replace(",", " ").split()  # "loaderx, workers=2" is loaderx too
     if words[0] != "loaderx":
         return COLOURS["peer"]
     published = len(words) > 1 and words[1][0].isdigit()  # "loaderx 2.8.6 raw"
@@ -105,14 +108,27 @@ def plot_gather(plt, script: str, workload: str, data: dict, result: dict, out: 
 
 def plot_loader(plt, script: str, workload: str, data: dict, result: dict, out: Path) -> Path:
     rows = [r for r in data["rows"] if r.get("batches_s") and r.get("peak_pss_mib")]
+    # Peak PSS includes whatever the process had imported (torch maps over 500 MiB,
+    # a venv without torch far less), so the loader's own share is the fair axis.
+    own = all(r.get("loader_pss_mib") is not None for r in rows)
+    key = "loader_pss_mib" if own else "peak_pss_mib"
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for r in rows:
         name = _name(r)
-        ax.scatter(r["peak_pss_mib"], r["batches_s"], color=_colour(name), s=40)
-        ax.annotate(name, (r["peak_pss_mib"], r["batches_s"]), fontsize=7, xytext=(4, 4),
+        text = name
+        parts = [r.get(f"loader_{k}_mib") for k in ("anon", "file", "shmem")]
+        if own and None not in parts:
+            split = zip(parts, ("anon", "file", "shm"), strict=True)
+            text += "\n" + " + ".join(f"{v:.0f} {k}" for v, k in split) + " MiB"
+        ax.scatter(r[key], r["batches_s"], color=_colour(name), s=40)
+        ax.annotate(text, (r[key], r["batches_s"]), fontsize=7, xytext=(4, 4),
                     textcoords="offset points")  # fmt: skip
     ax.set_yscale("log")
-    ax.set_xlabel("peak PSS of the process tree, MiB")
+    ax.set_xlim(left=0, right=max(r[key] for r in rows) * 1.35 + 1)
+    if own:
+        ax.set_xlabel("loader PSS (peak minus before the loader), MiB")
+    else:
+        ax.set_xlabel("peak PSS of the process tree, MiB")
     ax.set_ylabel("batches/s (log scale)")
     ax.set_title(_title(script, workload, data.get("info", {})), fontsize=9)
     ax.grid(alpha=0.3, which="both")
