@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Makes the two environments the benchmarks run in:
+#   .venv       loaderx built from this checkout plus the `bench` extra of
+#               pyproject.toml (torch, pyarrow, h5py, lmdb, array-record, pylance,
+#               matplotlib and what prepare_tokens.py / prepare_vision.py need),
+#               through scripts/setup_venv.sh; EXTRAS adds others, e.g.
+#               EXTRAS=test,bench.
+#   .venv-peer  the published loaderx 2.8.6 (and NumPy) that the bench scripts
+#               measure as "loaderx 2.8.6"; PEER_VENV picks another folder.
+# Running it again updates both; packages already installed are kept.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+EXTRAS="${EXTRAS:-bench}"
+# shellcheck source=setup_venv.sh
+source scripts/setup_venv.sh
+peer="${PEER_VENV:-.venv-peer}"
+[ -x "$peer/bin/python" ] || python3 -m venv "$peer"
+"$peer/bin/python" -m pip install -q --upgrade pip
+"$peer/bin/python" -m pip install -q "loaderx==2.8.6" numpy
+echo ".venv: loaderx from this checkout + [$EXTRAS]; $peer: loaderx $("$peer/bin/python" -c \
+    'import importlib.metadata as m; print(m.version("loaderx"))')"
