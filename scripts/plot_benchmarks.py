@@ -124,6 +124,8 @@ def plot_loader(plt, script: str, workload: str, data: dict, result: dict, out: 
         ax.annotate(text, (r[key], r["batches_s"]), fontsize=7, xytext=(4, 4),
                     textcoords="offset points")  # fmt: skip
     ax.set_yscale("log")
+    speeds = [r["batches_s"] for r in rows]
+    ax.set_ylim(min(speeds) / 1.5, max(speeds) * 2.5)  # room for the labels above points
     ax.set_xlim(left=0, right=max(r[key] for r in rows) * 1.35 + 1)
     if own:
         ax.set_xlabel("loader PSS (peak minus before the loader), MiB")
