@@ -223,6 +223,18 @@ def warm_files(path: Path) -> None:
                 pass
 
 
+def sync_tree(path: Path) -> None:
+    """fsyncs every file and directory of a store, so that write times run until
+    the store is durable for every backend alike (loaderx's close() fsyncs; most
+    other writers leave their files dirty in the page cache)."""
+    for p in [path] if path.is_file() else [path, *sorted(path.rglob("*"))]:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def warm_array(a: np.ndarray) -> None:
     """Touches every page of a (memory-mapped) array."""
     flat = np.asarray(a).reshape(-1).view(np.uint8)
@@ -310,8 +322,10 @@ def store_worker(args, src, want: Expected, seed: int) -> None:
         return emit({"status": "unavailable", "reason": f"cannot import: {e}"})
     result = {"version": version}
     if not args.reuse:
+        os.sync()  # earlier backends' dirty pages are not this one's to write
         start = time.perf_counter()
         peer.write(src)
+        sync_tree(store)
         write_s = time.perf_counter() - start
         result.update(
             write_s=write_s,

@@ -26,9 +26,11 @@ so. ``--quick`` takes a prefix of the records.
 
 Writes: every backend starts from the same memory-mapped source (read once before)
 and writes it completely, loaderx in one ``append`` of the whole array. Write time
-covers adaptation, writing and publishing (each backend's own close/commit), not
-writer setup (``Dense.create``) or dictionary training (``loaderx.utils.train_dict``
-for zstd_dict, reported in a note under the table).
+covers adaptation, writing and publishing (each backend's own close/commit) and an
+fsync of every file of the store, so that it runs until the store is durable for
+every backend alike (dirty pages are flushed before it starts), not writer setup
+(``Dense.create``) or dictionary training (``loaderx.utils.train_dict`` for
+zstd_dict, reported in a note under the table).
 
 Gathers: each backend runs in a fresh worker process. It first verifies batches with
 repeated positions plus the first and last record against the source (dtype, shape

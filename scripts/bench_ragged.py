@@ -22,8 +22,10 @@ the same kind, and the output says so. ``--quick`` takes a prefix of the records
 Writes: every backend starts from the same prepared source (memory-mapped .npy
 values, int32 offsets and uint64 shapes) and writes it completely, loaderx in one
 ``append`` of a RaggedBatch built from those arrays. Write time covers adaptation,
-writing and publishing (each backend's own close/commit), not writer setup or
-dictionary training, which is reported separately.
+writing and publishing (each backend's own close/commit) and an fsync of every file
+of the store, so that it runs until the store is durable for every backend alike
+(dirty pages are flushed before it starts), not writer setup or dictionary
+training, which is reported separately.
 
 Gathers: each backend runs in a fresh worker process. It first verifies batches
 with repeated positions plus the first and last record against the source (dtype,
