@@ -223,10 +223,20 @@ def warm_files(path: Path) -> None:
                 pass
 
 
-def sync_tree(path: Path) -> None:
+def prefault(nbytes: int) -> None:
+    """Touches and frees `nbytes` of memory (plus some). This VM hands idle memory
+    back to its host, and the first touch after that costs a host page fault, so a
+    writer that runs first into fresh page cache would pay for everyone; after this
+    the memory a write needs is already the guest's."""
+    scratch = np.ones(nbytes + 256 * MIB, np.uint8)
+    del scratch
+
+
+def sync_tree(path: str | os.PathLike[str]) -> None:
     """fsyncs every file and directory of a store, so that write times run until
     the store is durable for every backend alike (loaderx's close() fsyncs; most
     other writers leave their files dirty in the page cache)."""
+    path = Path(path)
     for p in [path] if path.is_file() else [path, *sorted(path.rglob("*"))]:
         fd = os.open(p, os.O_RDONLY)
         try:
@@ -322,6 +332,7 @@ def store_worker(args, src, want: Expected, seed: int) -> None:
         return emit({"status": "unavailable", "reason": f"cannot import: {e}"})
     result = {"version": version}
     if not args.reuse:
+        prefault(want.payload_bytes)
         os.sync()  # earlier backends' dirty pages are not this one's to write
         start = time.perf_counter()
         peer.write(src)

@@ -50,7 +50,9 @@ from _bench_common import (
     machine,
     one_bench_at_a_time,
     peer_python,
+    prefault,
     run_worker,
+    sync_tree,
     table,
 )
 from bench_dense import make_source
@@ -80,18 +82,6 @@ def read_write(src: str | Path, dst: str | Path | None) -> None:
 # ---- worker side: one measurement per process ----------------------------------------
 
 
-def _fsync_all(path: str) -> None:
-    """fsyncs a file, or every file under a directory and the directory itself."""
-    p = Path(path)
-    files = [p]
-    if p.is_dir():
-        files += [q for q in p.rglob("*") if q.is_file()]
-    for f in files:
-        fd = os.open(f, os.O_RDONLY)
-        os.fsync(fd)
-        os.close(fd)
-
-
 def _append(src_path: str, store: str, codec: str) -> tuple[float, float]:
     """Seconds of the single append, and of close() plus an fsync of every file of
     the store (a no-op where close() already made the store durable)."""
@@ -103,7 +93,7 @@ def _append(src_path: str, store: str, codec: str) -> tuple[float, float]:
     writer.append(src)
     appended = time.perf_counter()
     writer.close()
-    _fsync_all(store)
+    sync_tree(store)
     return appended - start, time.perf_counter() - appended
 
 
@@ -112,7 +102,7 @@ def _copy(copy, src_path: str, dst: str) -> tuple[float, float]:
     start = time.perf_counter()
     copy(src_path, dst)
     copied = time.perf_counter()
-    _fsync_all(dst)
+    sync_tree(dst)
     return copied - start, time.perf_counter() - copied
 
 
@@ -146,8 +136,7 @@ def settle(src: Path) -> None:
     """Flushes dirty pages, touches and frees memory the size of the source (plus
     some), and reads the source into the page cache."""
     os.sync()
-    scratch = np.ones(src.stat().st_size + 256 * MIB, np.uint8)
-    del scratch
+    prefault(src.stat().st_size)
     read_write(src, None)
 
 
