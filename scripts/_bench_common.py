@@ -406,14 +406,25 @@ def remove_path(path: Path) -> None:
 
 
 def measure_plan(
-    plan: Sequence[PlanRow], base_argv: Sequence[str], root: Path, name: str, args, peer_note: str
+    plan: Sequence[PlanRow],
+    script: str,
+    src_args: Sequence[str],
+    verify: int,
+    root: Path,
+    name: str,
+    args,
+    peer_note: str,
 ) -> list[dict]:
     """Runs every row of `plan` in ``args.rounds`` interleaved rounds, each in a fresh
-    worker (``base_argv`` plus the row's backend, codec, store and round); the first
+    worker (``script`` with the timing options of `args`, ``--verify verify``,
+    ``--src *src_args`` and the row's backend, codec, store and round); the first
     round writes and verifies, the later ones reopen its store. Returns the rows
     with the first round's results and the timed figures of the median round by
     records/s; a row that fails, is too slow or could not run keeps its status and
     reason. Stores go to ``root/<name>-<i>`` and are removed at the end."""
+    base_argv = [str(Path(script).resolve()), "--seconds", str(args.seconds)]
+    base_argv += ["--max-batch-s", str(args.max_batch_s), "--verify", str(verify)]
+    base_argv += ["--src", *src_args]
     rows = []
     for label, python, backend, codec, env, vs_peer in plan:
         r = {"label": label, "backend": backend, "codec": codec, "vs_peer": vs_peer}
@@ -505,21 +516,7 @@ def run_gather_bench(script: str, args, workloads, bench_workload, render) -> No
     root = Path(tempfile.mkdtemp(prefix=f"loaderx-{script.replace('_', '-')}-", dir=args.dir))
     peer = peer_python(args.peer_python)
     started = time.perf_counter()
-    header = {
-        "machine": machine(),
-        "checkout": checkout(),
-        "date": datetime.date.today().isoformat(),
-        "load_start": load_average(),
-        "quick": args.quick,
-        "seconds": args.seconds,
-        "rounds": args.rounds,
-    }
-    print(f"Machine: {header['machine']}")
-    print(f"loaderx checkout: {header['checkout']}, {header['date']}")
-    print(f"Load average at start: {header['load_start']}")
-    results = {"script": script, **header, "workloads": {}}
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    results = start_results(script, quick=args.quick, seconds=args.seconds, rounds=args.rounds)
     try:
         for name in workloads:
             if args.only not in (None, name):
@@ -530,13 +527,42 @@ def run_gather_bench(script: str, args, workloads, bench_workload, render) -> No
             versions = sorted({r["version"] for r in res["rows"] if r.get("version")})
             print("Versions: " + ", ".join(versions), flush=True)
             if args.json:
-                Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+                write_results(args.json, results)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    finish_results(results, started, args.json)
+
+
+def start_results(script: str, **settings) -> dict:
+    """The results of one run of `script`: machine, checkout, date, load average and
+    `settings`, with an empty ``workloads`` mapping; prints the first three."""
+    results = {
+        "script": script,
+        "machine": machine(),
+        "checkout": checkout(),
+        "date": datetime.date.today().isoformat(),
+        "load_start": load_average(),
+        **settings,
+        "workloads": {},
+    }
+    print(f"Machine: {results['machine']}")
+    print(f"loaderx checkout: {results['checkout']}, {results['date']}")
+    print(f"Load average at start: {results['load_start']}")
+    return results
+
+
+def write_results(path: str, results: dict) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(results, indent=1) + "\n")
+
+
+def finish_results(results: dict, started: float, json_path: str | None) -> None:
+    """Records the closing load average and wall time, writes `json_path` if given
+    and prints the closing line."""
     results["load_end"] = load_average()
     results["wall_s"] = time.perf_counter() - started
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+    if json_path:
+        write_results(json_path, results)
     print(f"\nLoad average at end: {results['load_end']}; {results['wall_s']:.0f} s in all")
 
 

@@ -40,8 +40,6 @@ Usage: python scripts/bench.py [--quick] [--workers 2] [--json PATH]
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
 import sys
 import tempfile
@@ -54,14 +52,14 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench_common import (  # noqa: E402
     REPO,
-    checkout,
     emit,
-    load_average,
-    machine,
+    finish_results,
     one_bench_at_a_time,
     peer_python,
     run_worker,
+    start_results,
     table,
+    write_results,
 )
 
 BATCH = 256
@@ -440,19 +438,7 @@ def main() -> None:
     if args.worker:
         worker_main(args)
         return
-    header = {
-        "machine": machine(),
-        "checkout": checkout(),
-        "date": datetime.date.today().isoformat(),
-        "load_start": load_average(),
-        "quick": args.quick,
-        "workers": args.workers,
-        "batch": BATCH,
-    }
-    print(f"machine: {header['machine']}")
-    print(f"loaderx checkout: {header['checkout']}, {header['date']}")
-    print(f"load average at start: {header['load_start']}")
-    results = {"script": "bench", **header, "workloads": {}}
+    results = start_results("bench", quick=args.quick, workers=args.workers, batch=BATCH)
     started = time.perf_counter()
     with one_bench_at_a_time(), tempfile.TemporaryDirectory(prefix="loaderx-bench-") as tmp:
         work = Path(tmp)
@@ -497,12 +483,8 @@ def main() -> None:
             print(f"\n{kind}: {steps[kind]} timed batches of {BATCH}")
             print(render(rows), flush=True)
             if args.json:
-                write_json(args.json, results)
-    results["load_end"] = load_average()
-    results["wall_s"] = time.perf_counter() - started
-    print(f"\nload average at end: {results['load_end']}; {results['wall_s']:.0f} s in all")
-    if args.json:
-        write_json(args.json, results)
+                write_results(args.json, results)
+    finish_results(results, started, args.json)
 
 
 def render(rows: list[dict]) -> str:
@@ -520,11 +502,6 @@ def render(rows: list[dict]) -> str:
         ratios = [f"{r[k]:.2f}x" if k in r else "" for k in ("speed_vs_torch", "memory_vs_torch")]
         lines.append([r["label"], f"{r['batches_s']:.1f}", *mib, *ratios])
     return table(headers, lines)
-
-
-def write_json(path: str, results: dict) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(results, indent=1) + "\n")
 
 
 if __name__ == "__main__":

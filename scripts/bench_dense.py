@@ -277,11 +277,8 @@ def bench_workload(name: str, root: Path, args: argparse.Namespace, peer) -> dic
     verify = spec["quick_verify"] if args.quick else spec["verify"]
     tail = [MEMCPY] if name == "images" else []
     plan = gather_plan(DENSE_ROWS, CODECS, peer, args.rows, tail)
-    base = [str(Path(__file__).resolve()), "--seconds", str(args.seconds)]
-    base += ["--max-batch-s", str(args.max_batch_s), "--verify", str(verify)]
-    base += ["--src", *src_args]
     try:
-        rows = measure_plan(plan, base, root, name, args, peer[1])
+        rows = measure_plan(plan, __file__, src_args, verify, root, name, args, peer[1])
     finally:
         shutil.rmtree(root / name, ignore_errors=True)
     return {"info": info, "rows": rows}

@@ -263,11 +263,8 @@ def bench_workload(name: str, root: Path, args: argparse.Namespace, peer) -> dic
     info = describe(name, RaggedSource.load(*src_paths), kind)
     verify = spec["quick_verify"] if args.quick else spec["verify"]
     plan = gather_plan(PEER_ROWS, CODECS, peer, args.rows)
-    base = [str(Path(__file__).resolve()), "--seconds", str(args.seconds)]
-    base += ["--max-batch-s", str(args.max_batch_s), "--verify", str(verify)]
-    base += ["--src", *src_paths]
     try:
-        rows = measure_plan(plan, base, root, name, args, peer[1])
+        rows = measure_plan(plan, __file__, src_paths, verify, root, name, args, peer[1])
     finally:
         shutil.rmtree(root / name, ignore_errors=True)
     return {"info": info, "rows": rows}

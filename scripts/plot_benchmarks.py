@@ -67,6 +67,17 @@ def _num(x: float) -> str:
     return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
 
+def _save(plt, fig, ax, title: str, result: dict, path: Path, footer_room: float) -> Path:
+    """Titles the plot, footers it with the run's machine, date and checkout, and
+    writes it to `path`."""
+    ax.set_title(title, fontsize=9)
+    fig.text(0.01, 0.005, _footer(result), fontsize=6, va="bottom")
+    fig.tight_layout(rect=(0, footer_room, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_gather(plt, script: str, workload: str, data: dict, result: dict, out: Path) -> Path:
     """Bars in the order of the rows; a row that was not measured keeps its place
     with its status and reason written where the bar would be."""
@@ -96,14 +107,9 @@ def plot_gather(plt, script: str, workload: str, data: dict, result: dict, out: 
     else:
         ax.set_xlim(0, hi * 1.4)
     ax.set_xlabel("logical gather throughput, GiB/s" + (" (log scale)" if log else ""))
-    ax.set_title(_title(script, workload, data.get("info", {})), fontsize=9)
     ax.grid(axis="x", alpha=0.3, which="both")
-    fig.text(0.01, 0.005, _footer(result), fontsize=6, va="bottom")
-    fig.tight_layout(rect=(0, 0.02, 1, 1))
-    path = out / f"{script}-{workload}.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    title = _title(script, workload, data.get("info", {}))
+    return _save(plt, fig, ax, title, result, out / f"{script}-{workload}.png", 0.02)
 
 
 def plot_loader(plt, script: str, workload: str, data: dict, result: dict, out: Path) -> Path:
@@ -132,14 +138,9 @@ def plot_loader(plt, script: str, workload: str, data: dict, result: dict, out: 
     else:
         ax.set_xlabel("peak PSS of the process tree, MiB")
     ax.set_ylabel("batches/s (log scale)")
-    ax.set_title(_title(script, workload, data.get("info", {})), fontsize=9)
     ax.grid(alpha=0.3, which="both")
-    fig.text(0.01, 0.005, _footer(result), fontsize=6, va="bottom")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    path = out / f"{script}-{workload}-loader.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    title = _title(script, workload, data.get("info", {}))
+    return _save(plt, fig, ax, title, result, out / f"{script}-{workload}-loader.png", 0.03)
 
 
 def plot_file(plt, path: Path, out: Path) -> list[Path]:
