@@ -270,14 +270,21 @@ impl Store {
         }
     }
 
+    /// Prefetches the index entry of the position `PREFETCH_AHEAD` after `ids[k]`,
+    /// for loops that visit the entries of `ids` in order.
+    #[inline]
+    fn prefetch_entry_ahead(&self, ids: &[u64], k: usize) {
+        if let Some(&q) = ids.get(k + PREFETCH_AHEAD) {
+            prefetch(self.entry_bytes(q).as_ptr());
+        }
+    }
+
     /// Index entries of `ids`, read with the entries a few positions ahead
     /// prefetched.
     fn resolve(&self, ids: &[u64]) -> Vec<Entry> {
         let mut entries = Vec::with_capacity(ids.len());
         for (k, &p) in ids.iter().enumerate() {
-            if let Some(&q) = ids.get(k + PREFETCH_AHEAD) {
-                prefetch(self.entry_bytes(q).as_ptr());
-            }
+            self.prefetch_entry_ahead(ids, k);
             entries.push(self.entry(p));
         }
         entries
@@ -309,15 +316,6 @@ impl Store {
             self.decode_entry(&mut session, ids[k], &entries[k], slot)?;
         }
         Ok(())
-    }
-
-    fn decode_into(
-        &self,
-        session: &mut crate::codec::DecodeSession<'_>,
-        pos: u64,
-        dst: &mut [u8],
-    ) -> Result<()> {
-        self.decode_entry(session, pos, &self.entry(pos), dst)
     }
 
     fn decode_entry(
@@ -389,9 +387,7 @@ impl Store {
         let isz = schema.dtype.itemsize() as u64;
         let mut elements: u64 = 0;
         for (k, &p) in idx.iter().enumerate() {
-            if let Some(&q) = idx.get(k + PREFETCH_AHEAD) {
-                prefetch(self.entry_bytes(q).as_ptr());
-            }
+            self.prefetch_entry_ahead(idx, k);
             // check_entries bounded each record, so this sum cannot overflow u64.
             let bytes = self.logical_ragged_bytes(p);
             elements += bytes / isz;
@@ -485,7 +481,7 @@ impl Store {
                     Kind::Ragged => self.logical_ragged_bytes(i),
                 };
                 scratch.resize(logical as usize, 0);
-                self.decode_into(&mut session, i, &mut scratch)?;
+                self.decode_entry(&mut session, i, &e, &mut scratch)?;
             }
             Ok(())
         })

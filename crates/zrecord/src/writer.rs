@@ -33,6 +33,16 @@ struct ShardFile {
     size: u64,
 }
 
+impl ShardFile {
+    /// Appends `bytes` at the end of the shard and starts their writeback.
+    fn append(&mut self, bytes: &[u8]) -> Result<()> {
+        self.file.write_all(bytes).at(&self.path)?;
+        start_writeback(&self.file, self.size, bytes.len() as u64);
+        self.size += bytes.len() as u64;
+        Ok(())
+    }
+}
+
 pub struct Writer {
     dest: PathBuf,
     tmp: PathBuf,
@@ -478,10 +488,7 @@ where
             offset += bytes.len() as u64;
         }
         let all = range(chunk.start).start..range(chunk.end - 1).end;
-        shard.file.write_all(&data[all]).at(&shard.path)?;
-        start_writeback(&shard.file, base, offset - base);
-        shard.size = offset;
-        return Ok(());
+        return shard.append(&data[all]);
     }
     let mut buf = scratch
         .lock()
@@ -505,10 +512,7 @@ where
                 checksum: xxh3_64(&buf[at..]),
             });
         }
-        shard.file.write_all(&buf).at(&shard.path)?;
-        start_writeback(&shard.file, base, buf.len() as u64);
-        shard.size = base + buf.len() as u64;
-        Ok(())
+        shard.append(&buf)
     })();
     if buf.capacity() <= 2 * CHUNK_BYTES + (64 << 10) {
         scratch.lock().unwrap_or_else(|e| e.into_inner()).push(buf);
