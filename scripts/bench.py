@@ -31,6 +31,9 @@ The published loaderx 2.8.6 runs the same loop in its own virtual environment
 (``.venv-peer``) with ``np.from_dlpack`` as consumer, since torch is not installed
 there; its peak PSS has no torch in it, so compare its loader PSS, not its peak.
 
+Before the loaders, it runs ``scripts/bench_sampler.py`` (the Sampler against NumPy
+and the published 2.8.6; ``--quick``: one short round) and prints its tables.
+
 ``--json PATH`` also writes the results for ``scripts/plot_benchmarks.py`` (a
 throughput against loader memory plot per workload).
 
@@ -41,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -441,6 +445,13 @@ def main() -> None:
     results = start_results("bench", quick=args.quick, workers=args.workers, batch=BATCH)
     started = time.perf_counter()
     with one_bench_at_a_time(), tempfile.TemporaryDirectory(prefix="loaderx-bench-") as tmp:
+        # The sampler that draws every step, against NumPy and the published 2.8.6
+        # (scripts/bench_sampler.py, which also runs alone with more options).
+        sampler_opts = ["--rounds", "1", "--blocks", "5"] if args.quick else []
+        print("\nsampler (scripts/bench_sampler.py):", flush=True)
+        sampler_script = str(Path(__file__).with_name("bench_sampler.py"))
+        subprocess.run([sys.executable, sampler_script, *sampler_opts], check=True)
+        print(flush=True)
         work = Path(tmp)
         dense, dense_note = dense_source(args.quick, work)
         tokens, offsets, tok_note = ragged_source(args.quick, work)
