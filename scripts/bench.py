@@ -27,6 +27,10 @@ batches, pools, heaps, copy-on-write copies in forked workers), mapped files
 (``Pss_File``: page-cache pages of the data files mapped into the process tree;
 the kernel can reclaim them, but RSS and PSS count them) and shared memory
 (``Pss_Shmem``: the ``/dev/shm`` segments torch's workers hand batches over in).
+"loader RSS" is the same difference for the sum of the tree's RSS, what "peak RSS
+of the process tree" usually means. It counts a page once per process that maps it,
+so it charges forked workers again for every page they share with their parent,
+where PSS divides such pages among them; PSS is the fairer of the two.
 The published loaderx 2.8.6 runs the same loop in its own virtual environment
 (``.venv-peer``) with ``np.from_dlpack`` as consumer, since torch is not installed
 there; its peak PSS has no torch in it, so compare its loader PSS, not its peak.
@@ -127,7 +131,8 @@ def _children(pid: int) -> list[int]:
 
 
 # The smaps_rollup fields summed over the tree: Pss = Pss_Anon + Pss_File + Pss_Shmem.
-PSS_FIELDS = ("Pss", "Pss_Anon", "Pss_File", "Pss_Shmem")
+# Rss, summed the same way, counts a page once per process that maps it.
+PSS_FIELDS = ("Pss", "Pss_Anon", "Pss_File", "Pss_Shmem", "Rss")
 
 
 def _pss_kib(pid: int) -> dict[str, int]:
@@ -143,7 +148,8 @@ def _pss_kib(pid: int) -> dict[str, int]:
 
 
 def tree_pss_kib() -> dict[str, int]:
-    """PSS of this process and all its descendants, in KiB, by kind of page."""
+    """PSS of this process and all its descendants, in KiB, by kind of page, and
+    the sum of their RSS."""
     pids, total = [os.getpid()], dict.fromkeys(PSS_FIELDS, 0)
     while pids:
         p = pids.pop()
@@ -153,12 +159,13 @@ def tree_pss_kib() -> dict[str, int]:
     return total
 
 
-class PeakPss:
+class PeakMemory:
     """Samples the PSS of this process tree every 20 ms and keeps the sample with
-    the highest total (so its parts add up to the peak)."""
+    the highest total (so its parts add up to the peak), and the highest RSS sum."""
 
     def __init__(self) -> None:
         self.peak: dict[str, int] = {}
+        self.peak_rss = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -166,12 +173,13 @@ class PeakPss:
         now = tree_pss_kib()
         if now["Pss"] > self.peak.get("Pss", -1):
             self.peak = now
+        self.peak_rss = max(self.peak_rss, now["Rss"])
 
     def _run(self) -> None:
         while not self._stop.wait(0.02):
             self._sample()
 
-    def __enter__(self) -> PeakPss:
+    def __enter__(self) -> PeakMemory:
         self._sample()
         self._thread.start()
         return self
@@ -237,7 +245,7 @@ def timed(batches, check, warmup: int, steps: int, baseline: dict[str, int]) -> 
     check(next(it))
     for _ in range(warmup):
         next(it)
-    with PeakPss() as mem:
+    with PeakMemory() as mem:
         start = time.perf_counter()
         for _ in range(steps):
             next(it)
@@ -250,6 +258,8 @@ def timed(batches, check, warmup: int, steps: int, baseline: dict[str, int]) -> 
         "loader_anon_mib": loader["Pss_Anon"],
         "loader_file_mib": loader["Pss_File"],
         "loader_shmem_mib": loader["Pss_Shmem"],
+        "peak_rss_mib": mem.peak_rss / 1024,
+        "loader_rss_mib": (mem.peak_rss - baseline["Rss"]) / 1024,
     }
 
 
@@ -489,6 +499,7 @@ def main() -> None:
                 if r["status"] == "ok" and base is not None and base["status"] == "ok":
                     r["speed_vs_torch"] = r["batches_s"] / base["batches_s"]
                     r["memory_vs_torch"] = r["loader_pss_mib"] / base["loader_pss_mib"]
+                    r["rss_vs_torch"] = r["loader_rss_mib"] / base["loader_rss_mib"]
             title = f"{kind}: {steps[kind]} timed batches of {BATCH}, workers={w}; {notes[kind]}"
             results["workloads"][kind] = {"info": {"title": title}, "rows": rows}
             print(f"\n{kind}: {steps[kind]} timed batches of {BATCH}")
@@ -500,17 +511,20 @@ def main() -> None:
 
 def render(rows: list[dict]) -> str:
     """The workload's table: loader PSS is split into its anonymous, mapped-file and
-    shared-memory parts (at the peak sample, so the parts add up to it)."""
+    shared-memory parts (at the peak sample, so the parts add up to it); loader RSS
+    is the RSS sum's peak minus its baseline."""
     headers = ["backend", "batches/s", "peak PSS MiB", "loader PSS MiB", "anon MiB"]
-    headers += ["file MiB", "shmem MiB", "speed vs torch", "loader memory vs torch"]
+    headers += ["file MiB", "shmem MiB", "loader RSS MiB", "speed vs torch"]
+    headers += ["loader PSS vs torch", "loader RSS vs torch"]
     lines = []
     for r in rows:
         if r["status"] != "ok":
-            lines.append([r["label"], r["status"], r["reason"][:70], *[""] * 6])
+            lines.append([r["label"], r["status"], r["reason"][:70], *[""] * 8])
             continue
         mib = [f"{r[k]:.0f}" for k in ("peak_pss_mib", "loader_pss_mib")]
-        mib += [f"{r[f'loader_{k}_mib']:.0f}" for k in ("anon", "file", "shmem")]
-        ratios = [f"{r[k]:.2f}x" if k in r else "" for k in ("speed_vs_torch", "memory_vs_torch")]
+        mib += [f"{r[f'loader_{k}_mib']:.0f}" for k in ("anon", "file", "shmem", "rss")]
+        ratios = ("speed_vs_torch", "memory_vs_torch", "rss_vs_torch")
+        ratios = [f"{r[k]:.2f}x" if k in r else "" for k in ratios]
         lines.append([r["label"], f"{r['batches_s']:.1f}", *mib, *ratios])
     return table(headers, lines)
 

@@ -42,7 +42,7 @@ def test_bind_places_outputs_in_the_allocator(dense):
     ds, data = dense
     a = host_alloc.Allocator()
     view = ds.bind(a)
-    assert isinstance(view, Dense) and view.allocator is a and ds.allocator is None
+    assert isinstance(view, Dense) and view.allocator is a and ds.allocator is not a
     b = view[[5, 1, 5]]
     assert np.array_equal(host(b), data[[5, 1, 5]])
     assert a.stats().live == 1
@@ -53,6 +53,25 @@ def test_bind_places_outputs_in_the_allocator(dense):
     assert a.stats().live == 0
     with pytest.raises(TypeError, match="loaderx.allocator.Allocator"):
         ds.bind(object())
+
+
+def test_a_root_reader_reads_into_its_own_host_allocator(dense, tmp_path):
+    _, data = dense
+    with Dense.create(tmp_path / "s", data.dtype, data.shape[1:], codec="raw") as w:
+        w.append(data)
+    ds = Dense.open(tmp_path / "s")
+    batch = ds[[2, 0]]
+    own = ds.allocator
+    assert isinstance(own, host_alloc.Allocator) and ds.allocator is own
+    assert own.stats().live == 1
+    view = ds.bind(host_alloc.Allocator())
+    kept = view[[1]]
+    assert own.stats().live == 1 and view.allocator.stats().live == 1
+    ds.close()
+    assert own.closed and not view.allocator.closed
+    assert np.array_equal(host(batch), data[[2, 0]])  # closing frees nothing in use
+    assert np.array_equal(host(view[[3]]), data[[3]])
+    del kept
 
 
 def test_live_regions_are_never_handed_out_twice(dense):

@@ -288,6 +288,72 @@ def test_gather_exceptions_reach_the_consumer(streams):
         loader.close()
 
 
+class Watched:
+    """A reader that records, for every gather, how many gathers overlapped it and
+    whether its positions were a view of the sampler's buffer."""
+
+    def __init__(self, reader, sampler_buf):
+        self.reader, self.buf = reader, sampler_buf
+        self.lock, self.running, self.overlaps, self.views = threading.Lock(), 0, [], []
+
+    def __len__(self):
+        return len(self.reader)
+
+    def gather(self, idx):
+        with self.lock:
+            self.running += 1
+            self.overlaps.append(self.running)
+        self.views.append(np.shares_memory(idx, self.buf))
+        time.sleep(0.005)  # long enough for other workers to try a gather meanwhile
+        try:
+            return self.reader.gather(idx)
+        finally:
+            with self.lock:
+                self.running -= 1
+
+
+@pytest.mark.parametrize("workers", [1, 4])
+def test_workers_gather_one_at_a_time_from_the_drawn_buffer(streams, workers):
+    s = Strided(8)
+    reader = Watched(streams["label"], s.buf)
+    with Loader({"label": [reader, reader]}, s, workers=workers, prefetch=2) as loader:
+        for k in range(24):
+            shards = next(loader)
+            assert [host(sh["label"]).tolist() for sh in shards] == [
+                s.batch(k)[:4].tolist(),
+                s.batch(k)[4:].tolist(),
+            ]
+    assert len(reader.overlaps) >= 48
+    assert max(reader.overlaps) == 1
+    assert all(reader.views)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint32, np.int16, np.uint8, np.int64])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_user_samplers_may_return_any_integer_positions(streams, dtype, workers):
+    class Narrow(Strided):
+        def next(self):
+            return super().next().astype(dtype)[::-1]  # reversed: not contiguous
+
+    s = Narrow(6, n=200)
+    with Loader({"label": [streams["label"]] * 2}, s, workers=workers, prefetch=1) as loader:
+        for k in range(5):
+            got = [host(sh["label"]).tolist() for sh in next(loader)]
+            assert got == [s.batch(k)[::-1][:3].tolist(), s.batch(k)[::-1][3:].tolist()]
+
+
+def test_non_integer_positions_are_a_type_error(streams):
+    class Floats(Strided):
+        def next(self):
+            return super().next().astype(np.float64)
+
+    for workers in (0, 2):
+        loader = Loader({"label": [streams["label"]]}, Floats(4), workers=workers)
+        with pytest.raises(TypeError, match="float64 positions; expected integers"):
+            next(loader)
+        loader.close()
+
+
 @pytest.mark.parametrize("workers", [0, 1, 4])
 def test_resume_is_exact_after_1000_steps(streams, workers):
     st = {"label": [streams["label"]] * 2, "tok": [streams["tok"]] * 2}

@@ -125,6 +125,7 @@ class Loader:
         self._sampler = sampler
         self._transform = transform
         self._cond = threading.Condition(threading.Lock())
+        self._draw = threading.Lock()  # serializes draw and gather across workers
         self._claimed = 0  # next step a worker will draw
         self._delivered = 0  # next step the consumer receives
         self._done: dict[int, _Step] = {}
@@ -147,6 +148,12 @@ class Loader:
         idx = np.asarray(idx)
         if idx.ndim != 1:
             raise ValueError(f"the sampler returned an array of shape {idx.shape}; expected 1-D")
+        if idx.dtype.kind not in "iu":
+            raise TypeError(f"the sampler returned {idx.dtype} positions; expected integers")
+        if idx.dtype.itemsize != 8 or not idx.flags.c_contiguous:
+            # Readers gather from 64-bit positions; a sampler's narrower or strided
+            # positions are widened once here (the values never change).
+            idx = np.ascontiguousarray(idx, np.uint64 if idx.dtype.kind == "u" else np.int64)
         b, k = len(idx), self._width
         if b % k:
             raise ValueError(f"the sampler's batch of {b} does not divide by {k} bindings")
@@ -174,25 +181,28 @@ class Loader:
     def _work(self) -> None:
         limit = self._workers + self._prefetch
         while True:
-            with self._cond:
-                while not self._closed and self._claimed - self._delivered >= limit:
-                    self._cond.wait(_POLL)
-                if self._closed or self._failed is not None:
-                    return
-                step = self._claimed
-                self._claimed += 1
+            # The spec's policy: draw and gather under one lock, transform outside
+            # it. The gather is parallel inside, so concurrent gathers would only
+            # compete for the same cores, and the gather reads the sampler's
+            # reused buffer without a copy before the next draw overwrites it.
+            with self._draw:
+                with self._cond:
+                    while not self._closed and self._claimed - self._delivered >= limit:
+                        self._cond.wait(_POLL)
+                    if self._closed or self._failed is not None:
+                        return
+                    step = self._claimed
+                    self._claimed += 1
+                shards, result = None, None
                 try:
-                    # The sampler's buffer is reused by the next draw: copy it before
-                    # releasing the lock (a few KiB; the gather copies far more).
-                    idx = np.array(self._sampler.next(), copy=True)
+                    shards = self._shards(self._sampler.next())
                 except BaseException as e:  # noqa: BLE001 - delivered to the consumer
-                    self._done[step] = _Step(error=e)
-                    self._cond.notify_all()
-                    return
-            try:
-                result = _Step(self._finish(self._shards(idx)))
-            except BaseException as e:  # noqa: BLE001 - delivered to the consumer
-                result = _Step(error=e)
+                    result = _Step(error=e)
+            if result is None:
+                try:
+                    result = _Step(self._finish(shards))
+                except BaseException as e:  # noqa: BLE001 - delivered to the consumer
+                    result = _Step(error=e)
             failed = result.error is not None
             with self._cond:
                 if self._closed:
@@ -201,7 +211,7 @@ class Loader:
                 self._cond.notify_all()
             # Drop this thread's references before waiting for the next claim, or a
             # batch the consumer already discarded would stay alive past the bound.
-            del result, idx
+            del result, shards
             if failed:
                 return
 

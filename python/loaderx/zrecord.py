@@ -130,6 +130,7 @@ class _Reader:
         self._native = native
         self._path = path
         self._allocator = allocator
+        self._owns_allocator = False
         self._len = len(native)
 
     @classmethod
@@ -152,7 +153,7 @@ class _Reader:
         return self._native
 
     def _native_allocator(self) -> Any:
-        return None if self._allocator is None else self._allocator._native
+        return (self._allocator or self.allocator)._native
 
     def bind(self, allocator: Any) -> _Reader:
         """A view of the same store whose outputs land in `allocator`'s memory."""
@@ -182,6 +183,13 @@ class _Reader:
 
     @property
     def allocator(self) -> Any:
+        """Where this reader's outputs land: the allocator it was bound to, or, for
+        a root reader, the host.Allocator it creates on first use."""
+        if self._allocator is None:
+            from .allocator import host
+
+            self._allocator = host.Allocator()
+            self._owns_allocator = True
         return self._allocator
 
     @property
@@ -215,8 +223,11 @@ class _Reader:
         )
 
     def close(self) -> None:
-        """Releases this reader. Batches already returned stay valid."""
+        """Releases this reader (and the host allocator a root reader created).
+        Batches already returned stay valid."""
         self._native = None
+        if self._owns_allocator:
+            self._allocator.close()
 
     def __enter__(self):
         self._store()

@@ -3,13 +3,12 @@
 //! work.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use numpy::{PyArrayDescrMethods, PyReadonlyArray1, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use zrecord::pool::{HostPool, DEFAULT_IDLE_LIMIT};
 use zrecord::ragged::RaggedView;
 use zrecord::{Codec, DType, Kind, Schema, Source, Store, Writer};
 
@@ -97,30 +96,19 @@ fn positions(idx: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
 #[pyclass(module = "loaderx._native", name = "Store", frozen)]
 pub struct PyStore {
     store: Arc<Store>,
-    root_pool: OnceLock<Arc<HostPool>>,
 }
 
 impl PyStore {
-    fn pool(&self, allocator: Option<&HostAllocator>) -> Arc<HostPool> {
-        match allocator {
-            Some(a) => a.pool().clone(),
-            None => self
-                .root_pool
-                .get_or_init(|| HostPool::new(DEFAULT_IDLE_LIMIT))
-                .clone(),
-        }
-    }
-
     fn dense(
         &self,
         py: Python<'_>,
         idx: &[u64],
         shape: Vec<i64>,
-        allocator: Option<&HostAllocator>,
+        allocator: &HostAllocator,
     ) -> PyResult<DLTensor> {
         let schema = self.store.schema();
         let rb = schema.record_bytes().unwrap_or(0) as usize;
-        let pool = self.pool(allocator);
+        let pool = allocator.pool().clone();
         let store = &self.store;
         let block = py
             .detach(|| {
@@ -140,7 +128,6 @@ impl PyStore {
         let store = py.detach(|| Store::open(&path)).py_err()?;
         Ok(PyStore {
             store: Arc::new(store),
-            root_pool: OnceLock::new(),
         })
     }
 
@@ -187,26 +174,24 @@ impl PyStore {
     }
 
     /// Dense records at `idx` as one `(len(idx), *item_shape)` tensor.
-    #[pyo3(signature = (idx, allocator=None))]
     fn gather_dense(
         &self,
         py: Python<'_>,
         idx: &Bound<'_, PyAny>,
-        allocator: Option<PyRef<'_, HostAllocator>>,
+        allocator: PyRef<'_, HostAllocator>,
     ) -> PyResult<DLTensor> {
         let idx = positions(idx)?;
         let mut shape = vec![idx.len() as i64];
         shape.extend(self.store.schema().item_shape.iter().map(|&d| d as i64));
-        self.dense(py, &idx, shape, allocator.as_deref())
+        self.dense(py, &idx, shape, &allocator)
     }
 
     /// One Dense record, without the batch axis.
-    #[pyo3(signature = (pos, allocator=None))]
     fn get_dense(
         &self,
         py: Python<'_>,
         pos: u64,
-        allocator: Option<PyRef<'_, HostAllocator>>,
+        allocator: PyRef<'_, HostAllocator>,
     ) -> PyResult<DLTensor> {
         let shape = self
             .store
@@ -215,19 +200,18 @@ impl PyStore {
             .iter()
             .map(|&d| d as i64)
             .collect();
-        self.dense(py, &[pos], shape, allocator.as_deref())
+        self.dense(py, &[pos], shape, &allocator)
     }
 
     /// Ragged records at `idx` as `(values, cu_seqlens, shapes)` in one allocation.
-    #[pyo3(signature = (idx, allocator=None))]
     fn gather_ragged(
         &self,
         py: Python<'_>,
         idx: &Bound<'_, PyAny>,
-        allocator: Option<PyRef<'_, HostAllocator>>,
+        allocator: PyRef<'_, HostAllocator>,
     ) -> PyResult<(DLTensor, DLTensor, DLTensor)> {
         let idx = positions(idx)?;
-        let pool = self.pool(allocator.as_deref());
+        let pool = allocator.pool().clone();
         let store = &self.store;
         let (block, layout) = py
             .detach(|| {
