@@ -140,6 +140,11 @@ def test_out_of_range_and_bad_positions(tmp_path):
         for bad in (5, -1, [0, 5], np.array([1, -2]), np.array([7], dtype=np.uint64)):
             with pytest.raises(IndexError, match="out of range|negative"):
                 ds[bad]
+        for huge in (2**63, 2**64, -(2**63) - 1, 10**30):
+            with pytest.raises(IndexError, match=f"position {huge} is out of range"):
+                ds[[0, huge]]
+            with pytest.raises(IndexError, match=f"position {huge} is out of range"):
+                ds[huge]
         with pytest.raises(TypeError, match="integers"):
             ds[[1.0, 2.0]]
         with pytest.raises(TypeError, match="integers"):

@@ -82,14 +82,16 @@ def _host_array(data: Any, what: str) -> Any:
     )
 
 
+def _out_of_range(i: int, n: int) -> IndexError:
+    return IndexError(f"position {i} is out of range for a store of {n} records (0..{n - 1})")
+
+
 def _positions(key: Any, n: int) -> int | np.ndarray:
     """An int for a single position, or a 1-D int64/uint64 array for a batch."""
     if isinstance(key, numbers.Integral) and not isinstance(key, (bool, np.bool_)):
         i = int(key)
         if i < 0 or i >= n:
-            raise IndexError(
-                f"position {i} is out of range for a store of {n} records (0..{n - 1})"
-            )
+            raise _out_of_range(i, n)
         return i
     if isinstance(key, slice):
         return np.arange(*key.indices(n), dtype=np.int64)
@@ -104,7 +106,11 @@ def _positions(key: Any, n: int) -> int | np.ndarray:
             isinstance(k, numbers.Integral) and not isinstance(k, (bool, np.bool_)) for k in key
         ):
             raise TypeError("positions must be integers")
-        arr = np.asarray(key)
+        try:
+            arr = np.asarray(key, dtype=np.int64)
+        except OverflowError:
+            big = next(int(k) for k in key if not -(2**63) <= int(k) < 2**63)
+            raise _out_of_range(big, n) from None
     else:
         raise TypeError(
             f"a store is indexed by an int, a slice or a collection of ints, "
