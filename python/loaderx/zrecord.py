@@ -566,10 +566,8 @@ class RaggedBatch:
 
     def to_tensors(self) -> list[DLTensor]:
         """Per-record DLTensor views restored to their shapes, sharing this
-        batch's memory. Host batches only."""
-        if self.device[0] != _DL_CPU:
-            raise ValueError("to_tensors needs a host batch; consume device batches packed")
-        return self.values._split(np.from_dlpack(self.cu_seqlens), np.from_dlpack(self.shapes))
+        batch's memory. Needs memory the host can read (host or managed)."""
+        return self.values._split(self.cu_seqlens, self.shapes)
 
     def __repr__(self) -> str:
         return f"RaggedBatch({len(self)} records, dtype={self.dtype}, ndim={self.ndim})"
@@ -601,8 +599,6 @@ class RaggedWriter(_Writer):
             raise ValueError(f"expected dtype {self._dtype}, got {batch.dtype}")
         if batch.ndim != self._ndim:
             raise ValueError(f"expected records of ndim {self._ndim}, got ndim {batch.ndim}")
-        if batch.device[0] != _DL_CPU:
-            raise ValueError("append needs a host batch; transfer it explicitly first")
         self._native.append_ragged(
             batch.values, batch.cu_seqlens, batch.shapes, batch._from_readonly_mapping
         )

@@ -4,15 +4,14 @@
 use std::ffi::{c_void, CStr};
 use std::sync::Arc;
 
-use numpy::{PyReadonlyArray1, PyReadonlyArray2, PyUntypedArray, PyUntypedArrayMethods};
+use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyBufferError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use pyo3::{ffi, IntoPyObjectExt};
-use zrecord::pool::Block;
+use zrecord::pool::{Block, DL_CPU};
 use zrecord::DType;
 
-pub const DL_CPU: i32 = 1;
 const DLPACK_MAJOR: u32 = 1;
 const DLPACK_MINOR: u32 = 0;
 const FLAG_READ_ONLY: u64 = 1;
@@ -92,6 +91,22 @@ impl Memory {
             Memory::Borrowed { len, .. } => *len,
         }
     }
+
+    /// The DLPack `(device type, device id)` of the memory.
+    fn device(&self) -> (i32, i32) {
+        match self {
+            Memory::Pooled(b) => b.pool().device(),
+            Memory::Borrowed { .. } => (DL_CPU, 0),
+        }
+    }
+
+    /// Whether this process can read the memory through its address.
+    fn host_accessible(&self) -> bool {
+        match self {
+            Memory::Pooled(b) => b.pool().host_accessible(),
+            Memory::Borrowed { .. } => true,
+        }
+    }
 }
 
 /// What a capsule keeps alive: the memory and the shape arrays it points into.
@@ -157,11 +172,11 @@ impl DLTensor {
     /// guarantees the view lies inside the block.
     pub fn new(owner: Arc<Memory>, offset: usize, shape: Vec<i64>, dtype: DType) -> Self {
         DLTensor {
+            device: owner.device(),
             owner,
             offset,
             shape,
             dtype,
-            device: (DL_CPU, 0),
             readonly: false,
         }
     }
@@ -202,12 +217,15 @@ impl DLTensor {
         &self.shape
     }
 
-    /// The bytes of a host tensor.
+    /// The bytes of a tensor whose memory the host can read: host memory, or a
+    /// device's managed memory.
     pub fn host_bytes(&self) -> PyResult<&[u8]> {
-        if self.device.0 != DL_CPU {
-            return Err(PyValueError::new_err(
-                "this DLTensor is not in host memory; transfer it explicitly first",
-            ));
+        if !self.owner.host_accessible() {
+            return Err(PyValueError::new_err(format!(
+                "this DLTensor lives in memory of device {:?} that the host cannot read; \
+                 transfer it to the host explicitly first",
+                self.device
+            )));
         }
         // SAFETY: the view lies inside the block, which `self` keeps alive.
         Ok(unsafe {
@@ -356,22 +374,35 @@ impl DLTensor {
         Ok(t)
     }
 
-    /// Per-record views of packed ragged values.
+    /// Per-record views of packed ragged values, given the batch's `cu_seqlens`
+    /// and `(n, ndim)` `shapes` tensors (read in place, so device batches whose
+    /// memory the host can read split too).
     fn _split(
         &self,
-        cu_seqlens: PyReadonlyArray1<'_, i32>,
-        shapes: PyReadonlyArray2<'_, u64>,
+        cu_seqlens: PyRef<'_, DLTensor>,
+        shapes: PyRef<'_, DLTensor>,
     ) -> PyResult<Vec<DLTensor>> {
         let isz = self.dtype.itemsize();
-        let cu = cu_seqlens.as_slice()?;
-        let shapes = shapes.as_array();
+        let ndim = match shapes.shape.as_slice() {
+            [_, ndim] if *ndim > 0 => *ndim as usize,
+            _ => return Err(PyValueError::new_err("shapes must be (n, ndim)")),
+        };
+        let cu: Vec<i32> = cu_seqlens
+            .host_bytes()?
+            .chunks_exact(4)
+            .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
         shapes
-            .outer_iter()
+            .host_bytes()?
+            .chunks_exact(8 * ndim)
             .zip(cu.windows(2))
             .map(|(shape, w)| {
                 let start = usize::try_from(w[0])
                     .map_err(|_| PyValueError::new_err("negative cu_seqlens offset"))?;
-                let shape = shape.iter().map(|&d| d as i64).collect();
+                let shape = shape
+                    .chunks_exact(8)
+                    .map(|d| zrecord::format::le_u64(d, 0) as i64)
+                    .collect();
                 self.view(start * isz, shape, self.dtype)
             })
             .collect()

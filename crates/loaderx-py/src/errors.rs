@@ -2,7 +2,7 @@
 
 use pyo3::create_exception;
 use pyo3::exceptions::{
-    PyFileExistsError, PyFileNotFoundError, PyIndexError, PyOSError, PyValueError,
+    PyFileExistsError, PyFileNotFoundError, PyIndexError, PyOSError, PyRuntimeError, PyValueError,
 };
 use pyo3::prelude::*;
 
@@ -26,6 +26,7 @@ pub fn to_py(e: zrecord::Error) -> PyErr {
         E::OutOfRange { .. } => PyIndexError::new_err(msg),
         E::NotFound(_) => PyFileNotFoundError::new_err(msg),
         E::Exists(_) => PyFileExistsError::new_err(msg),
+        E::Runtime(_) => PyRuntimeError::new_err(msg),
     }
 }
 

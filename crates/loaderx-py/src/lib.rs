@@ -17,7 +17,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dlpack::DLTensor>()?;
     m.add_class::<store::PyStore>()?;
     m.add_class::<store::PyWriter>()?;
-    m.add_class::<allocator::HostAllocator>()?;
+    m.add_class::<allocator::NativeAllocator>()?;
     m.add_class::<allocator::Allocation>()?;
     m.add_function(wrap_pyfunction!(store::check_ragged, m)?)?;
     m.add_function(wrap_pyfunction!(store::train_dictionary, m)?)?;

@@ -12,7 +12,7 @@ use pyo3::types::PyBytes;
 use zrecord::ragged::RaggedView;
 use zrecord::{Codec, DType, Kind, Schema, Source, Store, Writer};
 
-use crate::allocator::HostAllocator;
+use crate::allocator::NativeAllocator;
 use crate::dlpack::{DLTensor, Memory};
 use crate::errors::IntoPy;
 
@@ -104,20 +104,26 @@ impl PyStore {
         py: Python<'_>,
         idx: &[u64],
         shape: Vec<i64>,
-        allocator: &HostAllocator,
+        allocator: &NativeAllocator,
     ) -> PyResult<DLTensor> {
         let schema = self.store.schema();
         let rb = schema.record_bytes().unwrap_or(0) as usize;
-        let pool = allocator.pool().clone();
         let store = &self.store;
         let block = py
             .detach(|| {
-                let mut block = pool.acquire(idx.len() * rb)?;
-                store.gather_dense(idx, block.as_mut_slice())?;
-                Ok(block)
+                allocator
+                    .placement()
+                    .fill(idx.len() * rb, self.decodes(), |out| {
+                        store.gather_dense(idx, out)
+                    })
             })
             .py_err()?;
         Ok(DLTensor::pooled(block, shape, schema.dtype))
+    }
+
+    /// Whether a gather decodes records rather than copying them.
+    fn decodes(&self) -> bool {
+        self.store.schema().codec != zrecord::Codec::Raw
     }
 }
 
@@ -178,7 +184,7 @@ impl PyStore {
         &self,
         py: Python<'_>,
         idx: &Bound<'_, PyAny>,
-        allocator: PyRef<'_, HostAllocator>,
+        allocator: PyRef<'_, NativeAllocator>,
     ) -> PyResult<DLTensor> {
         let idx = positions(idx)?;
         let mut shape = vec![idx.len() as i64];
@@ -191,7 +197,7 @@ impl PyStore {
         &self,
         py: Python<'_>,
         pos: u64,
-        allocator: PyRef<'_, HostAllocator>,
+        allocator: PyRef<'_, NativeAllocator>,
     ) -> PyResult<DLTensor> {
         let shape = self
             .store
@@ -208,16 +214,18 @@ impl PyStore {
         &self,
         py: Python<'_>,
         idx: &Bound<'_, PyAny>,
-        allocator: PyRef<'_, HostAllocator>,
+        allocator: PyRef<'_, NativeAllocator>,
     ) -> PyResult<(DLTensor, DLTensor, DLTensor)> {
         let idx = positions(idx)?;
-        let pool = allocator.pool().clone();
         let store = &self.store;
+        let placement = allocator.placement();
+        let decodes = self.decodes();
         let (block, layout) = py
             .detach(|| {
                 let layout = store.ragged_layout(&idx)?;
-                let mut block = pool.acquire(layout.total)?;
-                store.gather_ragged(&idx, &layout, block.as_mut_slice())?;
+                let block = placement.fill(layout.total, decodes, |out| {
+                    store.gather_ragged(&idx, &layout, out)
+                })?;
                 Ok((block, layout))
             })
             .py_err()?;

@@ -26,6 +26,9 @@ pub enum Error {
     NotFound(PathBuf),
     #[error("{0}: already exists; stores are immutable, write a new path")]
     Exists(PathBuf),
+    /// A GPU runtime could not be loaded, or one of its calls failed.
+    #[error("{0}")]
+    Runtime(String),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

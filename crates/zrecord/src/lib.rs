@@ -5,9 +5,11 @@
 //! memory in parallel. This crate knows nothing of Python.
 
 pub mod codec;
+pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod format;
+pub mod placement;
 pub mod pool;
 pub mod ragged;
 pub mod reader;

@@ -1,10 +1,12 @@
-//! Pooled, 64-byte aligned host memory for gather outputs.
+//! Pooled memory for gather outputs: 64-byte aligned host memory, or regions of a
+//! device runtime (`crate::device`).
 //!
 //! A fresh multi-megabyte allocation per batch costs a page fault per 4 KiB on
-//! first touch, which made gathers several times slower in our measurements. So
-//! released regions go back to a pool keyed by size class and the next batch of
-//! the same size reuses them warm. Each `Block` is owned exclusively by whoever
-//! holds it; the region returns to the pool only when the block is dropped.
+//! first touch, which made gathers several times slower in our measurements, and
+//! a device allocation costs a runtime call that may synchronize. So released
+//! regions go back to a pool keyed by size class and the next batch of the same
+//! size reuses them warm. Each `Block` is owned exclusively by whoever holds it;
+//! the region returns to the pool only when the block is dropped.
 
 use std::alloc::{alloc, dealloc, Layout};
 use std::collections::BTreeMap;
@@ -14,6 +16,48 @@ use std::sync::{Arc, Mutex};
 use crate::error::{Error, Result};
 
 pub const ALIGN: usize = 64;
+/// DLPack's device type of ordinary host memory.
+pub const DL_CPU: i32 = 1;
+
+/// Where a pool's regions come from.
+pub trait Backing: Send + Sync {
+    /// A region of exactly `cap` bytes (a size class), aligned to at least `ALIGN`.
+    fn alloc(&self, cap: usize) -> Result<NonNull<u8>>;
+    /// Returns a region `alloc` gave out, with the same `cap`.
+    fn free(&self, ptr: NonNull<u8>, cap: usize);
+    /// The DLPack `(device type, device id)` of the regions.
+    fn device(&self) -> (i32, i32);
+    /// Whether this process may read and write the regions through their address.
+    fn host_accessible(&self) -> bool;
+}
+
+/// Ordinary host memory from the global allocator.
+pub struct HostMemory;
+
+impl Backing for HostMemory {
+    fn alloc(&self, cap: usize) -> Result<NonNull<u8>> {
+        let lay =
+            layout(cap).ok_or_else(|| Error::Invalid(format!("cannot allocate {cap} bytes")))?;
+        // SAFETY: `lay` has non-zero size (every size class is >= ALIGN).
+        NonNull::new(unsafe { alloc(lay) })
+            .ok_or_else(|| Error::Invalid(format!("out of memory allocating {cap} bytes")))
+    }
+
+    fn free(&self, ptr: NonNull<u8>, cap: usize) {
+        if let Some(lay) = layout(cap) {
+            // SAFETY: the region was allocated with exactly this layout.
+            unsafe { dealloc(ptr.as_ptr(), lay) }
+        }
+    }
+
+    fn device(&self) -> (i32, i32) {
+        (DL_CPU, 0)
+    }
+
+    fn host_accessible(&self) -> bool {
+        true
+    }
+}
 /// Idle bytes a pool keeps by default before it frees released regions instead.
 pub const DEFAULT_IDLE_LIMIT: usize = 1 << 30;
 
@@ -30,9 +74,10 @@ struct State {
     closed: bool,
 }
 
-pub struct HostPool {
+pub struct Pool {
     state: Mutex<State>,
     idle_limit: usize,
+    backing: Box<dyn Backing>,
 }
 
 /// Usage figures of a pool.
@@ -59,12 +104,26 @@ fn layout(cap: usize) -> Option<Layout> {
     Layout::from_size_align(cap, ALIGN).ok()
 }
 
-impl HostPool {
-    pub fn new(idle_limit: usize) -> Arc<HostPool> {
-        Arc::new(HostPool {
+impl Pool {
+    /// A pool of host memory that keeps up to `idle_limit` released bytes.
+    pub fn host(idle_limit: usize) -> Arc<Pool> {
+        Pool::new(Box::new(HostMemory), idle_limit)
+    }
+
+    pub fn new(backing: Box<dyn Backing>, idle_limit: usize) -> Arc<Pool> {
+        Arc::new(Pool {
             state: Mutex::new(State::default()),
             idle_limit,
+            backing,
         })
+    }
+
+    pub fn device(&self) -> (i32, i32) {
+        self.backing.device()
+    }
+
+    pub fn host_accessible(&self) -> bool {
+        self.backing.host_accessible()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -92,13 +151,7 @@ impl HostPool {
             }
             None => {
                 drop(st);
-                let lay = layout(cap)
-                    .ok_or_else(|| Error::Invalid(format!("cannot allocate {len} bytes")))?;
-                // SAFETY: `lay` has non-zero size (cap >= ALIGN).
-                let p = unsafe { alloc(lay) };
-                let p = NonNull::new(p).ok_or_else(|| {
-                    Error::Invalid(format!("out of memory allocating {len} bytes"))
-                })?;
+                let p = self.backing.alloc(cap)?;
                 st = self.lock();
                 (p, cap)
             }
@@ -123,7 +176,7 @@ impl HostPool {
             return;
         }
         drop(st);
-        free_region(ptr, cap);
+        self.backing.free(ptr, cap);
     }
 
     /// Frees idle regions and refuses new requests. Live blocks stay valid and are
@@ -136,7 +189,7 @@ impl HostPool {
         drop(st);
         for (cap, regions) in free {
             for r in regions {
-                free_region(r.0, cap);
+                self.backing.free(r.0, cap);
             }
         }
     }
@@ -155,19 +208,12 @@ impl HostPool {
     }
 }
 
-fn free_region(ptr: NonNull<u8>, cap: usize) {
-    if let Some(lay) = layout(cap) {
-        // SAFETY: the region was allocated with exactly this layout.
-        unsafe { dealloc(ptr.as_ptr(), lay) }
-    }
-}
-
-impl Drop for HostPool {
+impl Drop for Pool {
     fn drop(&mut self) {
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         for (cap, regions) in std::mem::take(&mut st.free) {
             for r in regions {
-                free_region(r.0, cap);
+                self.backing.free(r.0, cap);
             }
         }
     }
@@ -178,7 +224,7 @@ pub struct Block {
     ptr: NonNull<u8>,
     len: usize,
     cap: usize,
-    pool: Arc<HostPool>,
+    pool: Arc<Pool>,
 }
 
 // SAFETY: the block owns its region; shared access is read-only through &Block.
@@ -198,9 +244,20 @@ impl Block {
         self.ptr.as_ptr()
     }
 
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: the region holds at least `len` bytes and `&mut self` is unique.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    /// The region's bytes; `Error::Invalid` when this process cannot address them.
+    pub fn as_mut_slice(&mut self) -> Result<&mut [u8]> {
+        if !self.pool.host_accessible() {
+            return Err(Error::Invalid(
+                "this memory is not addressable by the host".into(),
+            ));
+        }
+        // SAFETY: the region holds at least `len` bytes, the backing says the CPU
+        // may access it, and `&mut self` is unique.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) })
     }
 }
 
@@ -239,9 +296,9 @@ mod tests {
 
     #[test]
     fn regions_are_reused_only_after_release() {
-        let pool = HostPool::new(DEFAULT_IDLE_LIMIT);
+        let pool = Pool::host(DEFAULT_IDLE_LIMIT);
         let mut a = pool.acquire(1000).unwrap();
-        a.as_mut_slice().fill(7);
+        a.as_mut_slice().unwrap().fill(7);
         let b = pool.acquire(1000).unwrap();
         assert_ne!(a.as_ptr(), b.as_ptr());
         assert_eq!(a.as_ptr() as usize % ALIGN, 0);

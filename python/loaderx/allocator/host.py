@@ -2,73 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
-
 from .. import _native
 from .._schema import check_int
-from . import Allocation
-from . import Allocator as _Base
-
-# What the pool keeps of released regions before it frees them instead.
-DEFAULT_IDLE_LIMIT = 1 << 30
+from ._pooled import DEFAULT_IDLE_LIMIT, PooledAllocator, Stats
 
 
-class Stats(NamedTuple):
-    live: int
-    """Allocations in use (by batches, DLPack consumers or Allocation objects)."""
-    live_bytes: int
-    idle_bytes: int
-    """Released bytes kept for reuse."""
-
-
-class HostAllocation(Allocation):
-    __slots__ = ("_a",)
-
-    def __init__(self, native: Any) -> None:
-        self._a = native
-
-    @property
-    def address(self) -> int:
-        return self._a.address
-
-    @property
-    def size(self) -> int:
-        return self._a.size
-
-    @property
-    def device(self) -> tuple[int, int]:
-        return self._a.device
-
-
-class Allocator(_Base):
-    """Host memory from a pool of size classes. Regions are handed out exactly
-    once while live; a released region is reused by the next request of its size
-    class, which keeps repeated batch sizes free of fresh page faults."""
+class Allocator(PooledAllocator):
+    """Host memory from a pool of size classes, 64-byte aligned."""
 
     def __init__(self, *, idle_limit: int = DEFAULT_IDLE_LIMIT) -> None:
-        self._pool = _native.HostAllocator(check_int(idle_limit, "idle_limit", 0))
+        super().__init__(_native.Allocator.host(check_int(idle_limit, "idle_limit", 0)))
 
-    def allocate(self, nbytes: int) -> HostAllocation:
-        if self.closed:
-            raise ValueError("the allocator is closed")
-        return HostAllocation(self._pool.allocate(check_int(nbytes, "nbytes", 0)))
 
-    def stats(self) -> Stats:
-        return Stats(*self._pool.stats())
-
-    def close(self) -> None:
-        self._pool.close()
-
-    @property
-    def closed(self) -> bool:
-        return self._pool.closed
-
-    @property
-    def _native(self) -> Any:
-        if self.closed:
-            raise ValueError("the allocator is closed")
-        return self._pool
-
-    def __repr__(self) -> str:
-        s = self.stats()
-        return f"host.Allocator(live={s.live}, live_bytes={s.live_bytes}, idle={s.idle_bytes})"
+__all__ = ["Allocator", "Stats"]

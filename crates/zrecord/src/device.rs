@@ -1,0 +1,266 @@
+//! GPU runtimes (CUDA, HIP), loaded from a library path at run time and never
+//! linked, and the pool backings built on them.
+//!
+//! Only the handful of runtime entry points a placement needs are bound: device
+//! count and selection, device, managed and pinned host allocation, and a
+//! host-to-device copy. Which library to load is the caller's decision.
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::path::Path;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use libloading::Library;
+
+use crate::error::{Error, Result};
+use crate::pool::Backing;
+
+/// DLPack device types.
+pub const DL_CUDA: i32 = 2;
+pub const DL_ROCM: i32 = 10;
+
+const MEMCPY_HOST_TO_DEVICE: c_int = 1;
+const MEM_ATTACH_GLOBAL: c_uint = 1;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    Cuda,
+    Hip,
+}
+
+impl Api {
+    fn prefix(self) -> &'static str {
+        match self {
+            Api::Cuda => "cuda",
+            Api::Hip => "hip",
+        }
+    }
+
+    /// The runtime's name for an entry point: CUDA and HIP differ only in the
+    /// prefix, except for pinned host memory.
+    fn symbol(self, name: &str) -> String {
+        match (self, name) {
+            (Api::Cuda, "HostMalloc") => "cudaHostAlloc".into(),
+            (Api::Cuda, "HostFree") => "cudaFreeHost".into(),
+            _ => format!("{}{name}", self.prefix()),
+        }
+    }
+
+    pub fn dl_device_type(self) -> i32 {
+        match self {
+            Api::Cuda => DL_CUDA,
+            Api::Hip => DL_ROCM,
+        }
+    }
+}
+
+type Alloc = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
+type AllocFlags = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> c_int;
+type Free = unsafe extern "C" fn(*mut c_void) -> c_int;
+type Memcpy = unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int) -> c_int;
+type SetDevice = unsafe extern "C" fn(c_int) -> c_int;
+type DeviceCount = unsafe extern "C" fn(*mut c_int) -> c_int;
+type ErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
+
+/// A loaded runtime library and the entry points we use.
+pub struct Runtime {
+    api: Api,
+    path: String,
+    malloc: Alloc,
+    malloc_managed: AllocFlags,
+    free: Free,
+    host_malloc: AllocFlags,
+    host_free: Free,
+    memcpy: Memcpy,
+    set_device: SetDevice,
+    device_count: DeviceCount,
+    error_string: ErrorString,
+    // Last, so that it is dropped (unloaded) after nothing can call into it.
+    _lib: Library,
+}
+
+fn bind<T: Copy>(lib: &Library, api: Api, name: &str, path: &str) -> Result<T> {
+    let symbol = api.symbol(name);
+    // SAFETY: every symbol is bound with the signature the runtime documents for it.
+    let f = unsafe { lib.get::<T>(symbol.as_bytes()) }.map_err(|e| {
+        Error::Runtime(format!(
+            "{path} is not a usable {} runtime: {symbol}: {e}",
+            api.prefix().to_uppercase()
+        ))
+    })?;
+    Ok(*f)
+}
+
+impl Runtime {
+    pub fn load(api: Api, path: &Path) -> Result<Arc<Runtime>> {
+        let shown = path.display().to_string();
+        // SAFETY: loading a GPU runtime runs its initialisers, which is what using
+        // it means; the caller chose the library.
+        let lib = unsafe { Library::new(path) }
+            .map_err(|e| Error::Runtime(format!("cannot load {shown}: {e}")))?;
+        Ok(Arc::new(Runtime {
+            api,
+            malloc: bind(&lib, api, "Malloc", &shown)?,
+            malloc_managed: bind(&lib, api, "MallocManaged", &shown)?,
+            free: bind(&lib, api, "Free", &shown)?,
+            host_malloc: bind(&lib, api, "HostMalloc", &shown)?,
+            host_free: bind(&lib, api, "HostFree", &shown)?,
+            memcpy: bind(&lib, api, "Memcpy", &shown)?,
+            set_device: bind(&lib, api, "SetDevice", &shown)?,
+            device_count: bind(&lib, api, "GetDeviceCount", &shown)?,
+            error_string: bind(&lib, api, "GetErrorString", &shown)?,
+            path: shown,
+            _lib: lib,
+        }))
+    }
+
+    pub fn api(&self) -> Api {
+        self.api
+    }
+
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    fn check(&self, code: c_int, what: &str) -> Result<()> {
+        if code == 0 {
+            return Ok(());
+        }
+        // SAFETY: the runtime returns a static string (or null) for any code.
+        let msg = unsafe { (self.error_string)(code) };
+        let msg = if msg.is_null() {
+            "unknown error".to_string()
+        } else {
+            // SAFETY: a non-null result is a NUL-terminated static string.
+            unsafe { CStr::from_ptr(msg) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        Err(Error::Runtime(format!(
+            "{what} failed: {msg} (error {code} from {})",
+            self.path
+        )))
+    }
+
+    pub fn device_count(&self) -> Result<usize> {
+        let mut n: c_int = 0;
+        // SAFETY: `n` is a valid out-pointer.
+        self.check(unsafe { (self.device_count)(&mut n) }, "counting devices")?;
+        Ok(n.max(0) as usize)
+    }
+
+    /// Makes `device` current on the calling thread; runtimes keep it per thread.
+    fn use_device(&self, device: i32) -> Result<()> {
+        // SAFETY: plain call; the runtime validates the id.
+        self.check(
+            unsafe { (self.set_device)(device) },
+            &format!("selecting device {device}"),
+        )
+    }
+
+    fn allocated(
+        &self,
+        code: c_int,
+        p: *mut c_void,
+        cap: usize,
+        what: &str,
+    ) -> Result<NonNull<u8>> {
+        self.check(code, &format!("allocating {cap} bytes of {what}"))?;
+        NonNull::new(p.cast::<u8>())
+            .ok_or_else(|| Error::Runtime(format!("{} returned no {what}", self.path)))
+    }
+
+    /// Copies `src` to device memory at `dst`; returns once the copy is done, so
+    /// `src` may be reused at once (the runtimes complete a copy from pinned host
+    /// memory before they return).
+    pub fn copy_to_device(&self, device: i32, dst: *mut u8, src: &[u8]) -> Result<()> {
+        self.use_device(device)?;
+        // SAFETY: `dst` holds at least `src.len()` bytes of device memory (the
+        // caller's block) and `src` is valid for reads.
+        let code = unsafe {
+            (self.memcpy)(
+                dst.cast(),
+                src.as_ptr().cast(),
+                src.len(),
+                MEMCPY_HOST_TO_DEVICE,
+            )
+        };
+        self.check(code, &format!("copying {} bytes to the device", src.len()))
+    }
+}
+
+/// How a device pool allocates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceKind {
+    /// Device memory the host cannot address: outputs are staged and copied.
+    Device,
+    /// Managed memory the device consumes and the host may also write.
+    Managed,
+}
+
+/// Regions of one device's memory.
+pub struct DeviceMemory {
+    pub runtime: Arc<Runtime>,
+    pub device: i32,
+    pub kind: DeviceKind,
+}
+
+impl Backing for DeviceMemory {
+    fn alloc(&self, cap: usize) -> Result<NonNull<u8>> {
+        let rt = &self.runtime;
+        rt.use_device(self.device)?;
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `p` is a valid out-pointer.
+        let code = unsafe {
+            match self.kind {
+                DeviceKind::Device => (rt.malloc)(&mut p, cap),
+                DeviceKind::Managed => (rt.malloc_managed)(&mut p, cap, MEM_ATTACH_GLOBAL),
+            }
+        };
+        rt.allocated(code, p, cap, "device memory")
+    }
+
+    fn free(&self, ptr: NonNull<u8>, _cap: usize) {
+        // SAFETY: `ptr` came from this runtime's allocator. A failure to free can
+        // only leak, and there is no caller to report it to.
+        let _ = unsafe { (self.runtime.free)(ptr.as_ptr().cast()) };
+    }
+
+    fn device(&self) -> (i32, i32) {
+        (self.runtime.api.dl_device_type(), self.device)
+    }
+
+    fn host_accessible(&self) -> bool {
+        self.kind == DeviceKind::Managed
+    }
+}
+
+/// Page-locked host memory, the staging area of copies to a device.
+pub struct PinnedMemory {
+    pub runtime: Arc<Runtime>,
+    pub device: i32,
+}
+
+impl Backing for PinnedMemory {
+    fn alloc(&self, cap: usize) -> Result<NonNull<u8>> {
+        let rt = &self.runtime;
+        rt.use_device(self.device)?;
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `p` is a valid out-pointer; flags 0 is the default kind.
+        let code = unsafe { (rt.host_malloc)(&mut p, cap, 0) };
+        rt.allocated(code, p, cap, "pinned host memory")
+    }
+
+    fn free(&self, ptr: NonNull<u8>, _cap: usize) {
+        // SAFETY: `ptr` came from this runtime's pinned allocator.
+        let _ = unsafe { (self.runtime.host_free)(ptr.as_ptr().cast()) };
+    }
+
+    fn device(&self) -> (i32, i32) {
+        (crate::pool::DL_CPU, 0)
+    }
+
+    fn host_accessible(&self) -> bool {
+        true
+    }
+}

@@ -1,0 +1,24 @@
+"""What the GPU allocators share: find the runtime, then pool its memory."""
+
+from __future__ import annotations
+
+from .. import _native
+from .._schema import check_int
+from . import _runtime
+from ._pooled import DEFAULT_IDLE_LIMIT, PooledAllocator
+
+
+class GpuAllocator(PooledAllocator):
+    _spec: _runtime.RuntimeSpec
+    _api: str
+
+    def __init__(self, device: int = 0, *, idle_limit: int = DEFAULT_IDLE_LIMIT) -> None:
+        device = check_int(device, "device", 0)
+        idle_limit = check_int(idle_limit, "idle_limit", 0)
+        library = _runtime.find(self._spec)
+        super().__init__(_native.Allocator.device(self._api, library, device, idle_limit))
+
+    @property
+    def library(self) -> str:
+        """The runtime library this allocator loaded."""
+        return self._pool.library
