@@ -2,6 +2,7 @@
 # the module: every public name and method here exists there and vice versa.
 from collections.abc import Sequence
 from os import PathLike
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -124,3 +125,5 @@ class Sampler:
 
 def check_ragged(values: Any, cu_seqlens: Any, shapes: Any, itemsize: int, ndim: int) -> None: ...
 def train_dictionary(data: Any, sizes: list[int], max_size: int) -> bytes: ...
+def temp_sibling(dest: str | PathLike[str]) -> Path: ...
+def publish_dir(tmp: str | PathLike[str], dest: str | PathLike[str]) -> None: ...

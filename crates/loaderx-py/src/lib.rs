@@ -21,6 +21,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<allocator::Allocation>()?;
     m.add_function(wrap_pyfunction!(store::check_ragged, m)?)?;
     m.add_function(wrap_pyfunction!(store::train_dictionary, m)?)?;
+    m.add_function(wrap_pyfunction!(store::temp_sibling, m)?)?;
+    m.add_function(wrap_pyfunction!(store::publish_dir, m)?)?;
     sampler::register(m)?;
     Ok(())
 }

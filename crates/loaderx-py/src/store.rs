@@ -441,3 +441,17 @@ pub fn train_dictionary<'py>(
         .py_err()?;
     Ok(PyBytes::new(py, &dict))
 }
+
+/// A hidden sibling path of `dest` to build a directory in before publishing it.
+#[pyfunction]
+pub fn temp_sibling(dest: PathBuf) -> PyResult<PathBuf> {
+    zrecord::writer::temp_sibling(&dest).py_err()
+}
+
+/// Publishes the finished directory `tmp` as `dest` the way a store is published:
+/// fsync, rename that never replaces an existing `dest`, fsync of the parent.
+#[pyfunction]
+pub fn publish_dir(py: Python<'_>, tmp: PathBuf, dest: PathBuf) -> PyResult<()> {
+    py.detach(|| zrecord::writer::publish_dir(&tmp, &dest))
+        .py_err()
+}

@@ -158,14 +158,18 @@ impl Runtime {
         )
     }
 
-    fn allocated(
+    /// `cap` bytes of `what` from `call`, an allocation entry point given the
+    /// out-pointer, made with `device` current.
+    fn allocate(
         &self,
-        code: c_int,
-        p: *mut c_void,
+        device: i32,
         cap: usize,
         what: &str,
+        call: impl FnOnce(*mut *mut c_void) -> c_int,
     ) -> Result<NonNull<u8>> {
-        self.check(code, &format!("allocating {cap} bytes of {what}"))?;
+        self.use_device(device)?;
+        let mut p: *mut c_void = std::ptr::null_mut();
+        self.check(call(&mut p), &format!("allocating {cap} bytes of {what}"))?;
         NonNull::new(p.cast::<u8>())
             .ok_or_else(|| Error::Runtime(format!("{} returned no {what}", self.path)))
     }
@@ -208,16 +212,13 @@ pub struct DeviceMemory {
 impl Backing for DeviceMemory {
     fn alloc(&self, cap: usize) -> Result<NonNull<u8>> {
         let rt = &self.runtime;
-        rt.use_device(self.device)?;
-        let mut p: *mut c_void = std::ptr::null_mut();
-        // SAFETY: `p` is a valid out-pointer.
-        let code = unsafe {
+        // SAFETY: the runtime receives a valid out-pointer.
+        rt.allocate(self.device, cap, "device memory", |p| unsafe {
             match self.kind {
-                DeviceKind::Device => (rt.malloc)(&mut p, cap),
-                DeviceKind::Managed => (rt.malloc_managed)(&mut p, cap, MEM_ATTACH_GLOBAL),
+                DeviceKind::Device => (rt.malloc)(p, cap),
+                DeviceKind::Managed => (rt.malloc_managed)(p, cap, MEM_ATTACH_GLOBAL),
             }
-        };
-        rt.allocated(code, p, cap, "device memory")
+        })
     }
 
     fn free(&self, ptr: NonNull<u8>, _cap: usize) {
@@ -244,11 +245,10 @@ pub struct PinnedMemory {
 impl Backing for PinnedMemory {
     fn alloc(&self, cap: usize) -> Result<NonNull<u8>> {
         let rt = &self.runtime;
-        rt.use_device(self.device)?;
-        let mut p: *mut c_void = std::ptr::null_mut();
-        // SAFETY: `p` is a valid out-pointer; flags 0 is the default kind.
-        let code = unsafe { (rt.host_malloc)(&mut p, cap, 0) };
-        rt.allocated(code, p, cap, "pinned host memory")
+        // SAFETY: the runtime receives a valid out-pointer; flags 0 is the default.
+        rt.allocate(self.device, cap, "pinned host memory", |p| unsafe {
+            (rt.host_malloc)(p, cap, 0)
+        })
     }
 
     fn free(&self, ptr: NonNull<u8>, _cap: usize) {

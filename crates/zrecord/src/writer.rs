@@ -75,7 +75,8 @@ pub enum Source {
     ReadOnlyFileMapping,
 }
 
-fn temp_sibling(dest: &Path) -> Result<PathBuf> {
+/// A hidden sibling of `dest` to build it in: `.NAME.tmp-PID-XXXXXXXX`.
+pub fn temp_sibling(dest: &Path) -> Result<PathBuf> {
     let name = dest
         .file_name()
         .ok_or_else(|| Error::Invalid(format!("{}: not a valid store path", dest.display())))?;
@@ -93,6 +94,17 @@ fn temp_sibling(dest: &Path) -> Result<PathBuf> {
 
 fn fsync_dir(path: &Path) -> Result<()> {
     File::open(path).and_then(|d| d.sync_all()).at(path)
+}
+
+/// Publishes the finished directory `tmp` as `dest`: fsyncs `tmp`, renames it
+/// without replacing anything at `dest`, and fsyncs the parent.
+pub fn publish_dir(tmp: &Path, dest: &Path) -> Result<()> {
+    fsync_dir(tmp)?;
+    rename_no_replace(tmp, dest)?;
+    match dest.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(parent) => fsync_dir(parent),
+        None => Ok(()),
+    }
 }
 
 /// Renames `from` to `to`, failing if `to` exists (even as an empty directory,
@@ -436,12 +448,8 @@ impl Writer {
         hf.write_all(&header.encode())
             .and_then(|_| hf.sync_all())
             .at(&hp)?;
-        fsync_dir(&self.tmp)?;
-        rename_no_replace(&self.tmp, &self.dest)?;
+        publish_dir(&self.tmp, &self.dest)?;
         self.done = true;
-        if let Some(parent) = self.dest.parent().filter(|p| !p.as_os_str().is_empty()) {
-            fsync_dir(parent)?;
-        }
         Ok(())
     }
 
