@@ -101,7 +101,7 @@ def _plan(pa, column: str, t: Any, feature: Any) -> _Plan:
     name = type(feature).__name__
     if name in _UNDECODED:
         raise ValueError(
-            f"column {column!r} is a {name} feature; decode it to arrays (or keep the "
+            f"column {column!r} has feature type {name}; decode it to arrays (or keep the "
             "encoded bytes as a binary column) with Dataset.map before converting"
         )
     if isinstance(t, pa.ExtensionType):

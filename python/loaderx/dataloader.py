@@ -94,7 +94,7 @@ class Loader:
     """Endless, step-ordered batches from aligned streams.
 
     ``workers=0`` draws, gathers and transforms in the caller's thread. Positive
-    ``workers`` are threads: each draws a step under one lock, then gathers and
+    ``workers`` are threads: each draws and gathers a step under one lock, then
     transforms it concurrently with the others. At most ``workers + prefetch``
     batches are live besides those the consumer holds; finished batches wait in
     step order, so delivery order never depends on which worker was faster."""
