@@ -168,7 +168,8 @@ def test_argument_errors(tmp_path):
 def test_progress_goes_to_stderr(tmp_path, capsys):
     convert(Dataset.from_dict({"x": [1, 2]}), tmp_path / "p", codec="raw")
     err = capsys.readouterr().err
-    assert "2 / 2 rows" in err and f"published {tmp_path / 'p'}" in err
+    assert f"{tmp_path / 'p'}: 2 / 2 rows" in err and f"published {tmp_path / 'p'}" in err
+    assert ".tmp-" not in err  # the temporary build directory is not shown
 
 
 def test_huggingface_resolves_the_revision_and_keeps_the_environment(monkeypatch, tmp_path):

@@ -255,7 +255,9 @@ class _Progress:
             print(f"loaderx.convert: {msg}", file=sys.stderr, flush=True)
 
 
-def _convert_split(pa, ds: Any, root: str, codec: str, data_shards: int, say: _Progress) -> int:
+def _convert_split(
+    pa, ds: Any, root: str, label: str, codec: str, data_shards: int, say: _Progress
+) -> None:
     schema = ds.data.schema
     if len(ds.column_names) == 0:
         raise ValueError("the dataset has no columns")
@@ -285,17 +287,16 @@ def _convert_split(pa, ds: Any, root: str, codec: str, data_shards: int, say: _P
                         for piece in _int32_pieces(pa, arr, p):
                             writers[p.column].append(_ragged_chunk(pa, piece, p))
             done += table.num_rows
-            say(f"{root}: {done:,} / {len(ds):,} rows ({time.perf_counter() - start:.1f} s)")
+            say(f"{label}: {done:,} / {len(ds):,} rows ({time.perf_counter() - start:.1f} s)")
         counts = {c: len(w) for c, w in writers.items()}
         if len(set(counts.values())) != 1:
-            raise RuntimeError(f"{root}: columns disagree on the record count: {counts}")
+            raise RuntimeError(f"{label}: columns disagree on the record count: {counts}")
         for w in writers.values():
             w.close()
     except BaseException:
         for w in writers.values():
             w.abort()
         raise
-    return len(ds)
 
 
 def _int32_pieces(pa, arr: Any, plan: _Plan) -> Iterator[Any]:
@@ -342,9 +343,10 @@ def convert(
                 raise ValueError("the DatasetDict has no splits")
             for split, ds in dataset.items():
                 os.makedirs(os.path.join(tmp, split))
-                _convert_split(pa, ds, os.path.join(tmp, split), codec, data_shards, say)
+                root, label = os.path.join(tmp, split), os.path.join(dest, split)
+                _convert_split(pa, ds, root, label, codec, data_shards, say)
         else:
-            _convert_split(pa, dataset, tmp, codec, data_shards, say)
+            _convert_split(pa, dataset, tmp, dest, codec, data_shards, say)
         _native.publish_dir(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
