@@ -220,7 +220,7 @@ def warm_files(path: Path) -> None:
     filled the same way for every backend. Left as its writer filled it, the cache
     would hold large folios (mapped with 2 MiB pages, few TLB misses) for a writer
     that writes in big pieces, like loaderx, and 4 KiB pages for one that writes
-    in small ones, like ``np.save``: worth about 20% to a NumPy gather here."""
+    in small ones, like ``np.save``, and the gathers would measure that too."""
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
     for f in files:
         with open(f, "rb", buffering=0) as fh:

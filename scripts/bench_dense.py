@@ -34,8 +34,10 @@ zstd_dict, reported in a note under the table).
 
 Gathers: each backend runs in a fresh worker process. It first verifies batches with
 repeated positions plus the first and last record against the source (dtype, shape
-and values, exactly), then warms up on the page cache (the store's files are read
-once, then a few batches), then times fresh uniform IID batches of 256 positions
+and values, exactly), then warms up on the page cache (the store's files are
+dropped from it and read back once, so that readahead, not the writer, decides how
+they are cached; then a few batches), then times fresh uniform IID batches of 256
+positions
 until they sum to >= 2 s (``--quick``: 0.3 s). All backends see the same positions.
 Drawing the positions and dropping the result are outside the timed span. The
 machine is shared, so every backend is timed in ``--rounds`` rounds (default 3;
