@@ -37,8 +37,8 @@ repeated positions plus the first and last record against the source (dtype, sha
 and values, exactly), then warms up on the page cache (the store's files are
 dropped from it and read back once, so that readahead, not the writer, decides how
 they are cached; then a few batches), then times fresh uniform IID batches of 256
-positions
-until they sum to >= 2 s (``--quick``: 0.3 s). All backends see the same positions.
+positions until they sum to >= 2 s (``--quick``: 0.3 s). All backends see the same
+positions.
 Drawing the positions and dropping the result are outside the timed span. The
 machine is shared, so every backend is timed in ``--rounds`` rounds (default 3;
 ``--quick``: 1) interleaved with the others, each round in a fresh process with fresh
