@@ -48,6 +48,11 @@ static int set_device(int d) {
     return OK;
 }
 
+static int get_device(int *d) {
+    *d = current_device;
+    return OK;
+}
+
 static int copy(void *dst, const void *src, size_t n, int kind) {
     if (kind != 1) return ERR_INVALID_VALUE; /* only host to device is expected */
     memcpy(dst, src, n);
@@ -73,6 +78,7 @@ int cudaHostAlloc(void **p, size_t n, unsigned f) { (void)f; return alloc(p, n, 
 int cudaFreeHost(void *p) { return release(p, &live_pinned); }
 int cudaMemcpy(void *d, const void *s, size_t n, int k) { return copy(d, s, n, k); }
 int cudaSetDevice(int d) { return set_device(d); }
+int cudaGetDevice(int *d) { return get_device(d); }
 int cudaGetDeviceCount(int *n) { return count(n); }
 const char *cudaGetErrorString(int c) { return error_string(c); }
 
@@ -83,6 +89,7 @@ int hipHostMalloc(void **p, size_t n, unsigned f) { (void)f; return alloc(p, n, 
 int hipHostFree(void *p) { return release(p, &live_pinned); }
 int hipMemcpy(void *d, const void *s, size_t n, int k) { return copy(d, s, n, k); }
 int hipSetDevice(int d) { return set_device(d); }
+int hipGetDevice(int *d) { return get_device(d); }
 int hipGetDeviceCount(int *n) { return count(n); }
 const char *hipGetErrorString(int c) { return error_string(c); }
 

@@ -147,6 +147,15 @@ def test_unstorable_columns_fail_before_anything_is_published(tmp_path, make, me
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("name", ["..", "a/b", "/abs/evil", "."])
+def test_names_that_are_not_one_directory_are_refused(tmp_path, name):
+    with pytest.raises(ValueError, match="cannot name a directory of the output"):
+        convert(Dataset.from_dict({"a": [1], name: [2]}), tmp_path / "c", codec="raw")
+    with pytest.raises(ValueError, match=f"split {name!r} cannot name a directory"):
+        convert(DatasetDict({name: Dataset.from_dict({"a": [1]})}), tmp_path / "d", codec="raw")
+    assert os.listdir(tmp_path) == []
+
+
 def test_argument_errors(tmp_path):
     ds = Dataset.from_dict({"x": [1, 2, 3]})
     with pytest.raises(ValueError, match="zstd_dict needs a dictionary per column"):

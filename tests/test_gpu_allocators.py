@@ -186,6 +186,20 @@ def test_pools_reuse_device_memory_and_close_frees_it(fake, stores):
     assert fake.fake_live_pinned() == base_pinned
 
 
+@pytest.mark.parametrize("kind, api", [(cuda, "cuda"), (amdgpu, "hip")])
+def test_the_callers_current_device_is_left_alone(fake, stores, kind, api):
+    root, images, _ = stores
+    set_device, get_device = getattr(fake, f"{api}SetDevice"), getattr(fake, f"{api}GetDevice")
+    current = ctypes.c_int(-1)
+    assert set_device(0) == 0
+    a = kind.Allocator(device=1)
+    with Ragged.open(root / "ragged-zstd") as rs, Dense.open(root / "dense-zstd") as ds:
+        batch, tokens = ds.bind(a)[IDX], rs.bind(a)[IDX]
+    del batch, tokens
+    a.close()
+    assert get_device(ctypes.byref(current)) == 0 and current.value == 0
+
+
 def test_allocations_carry_their_device(fake):
     with amdgpu.Allocator(device=1) as a:
         r = a.allocate(1000)
@@ -215,8 +229,12 @@ def test_a_loader_places_each_binding_on_its_device(fake, stores):
 def test_device_errors(fake, monkeypatch):
     with pytest.raises(ValueError, match="device 2 does not exist: .* reports 2 device"):
         cuda.Allocator(device=2)
-    with pytest.raises(ValueError, match="device must be >= 0"):
+    with pytest.raises(ValueError, match="device must be in 0..2147483647"):
         amdgpu.Allocator(device=-1)
+    with pytest.raises(ValueError, match="device must be in 0..2147483647"):
+        cuda.Allocator(device=2**31)
+    with pytest.raises(ValueError, match="idle_limit must be in"):
+        cuda.Allocator(idle_limit=2**64)
     monkeypatch.setenv("FAKE_GPU_DEVICES", "0")
     with pytest.raises(RuntimeError, match="counting devices failed: no GPU device is present"):
         amdgpu.Allocator()

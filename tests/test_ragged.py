@@ -203,6 +203,16 @@ def test_from_records_validation():
     assert len(b) == 4 and host(b.cu_seqlens).tolist() == [0, 0, 1, 3, 6]
 
 
+def test_an_empty_batch_is_built_from_empty_arrays(tmp_path):
+    empty = RaggedBatch(np.empty(0, np.int32), np.zeros(1, np.int32), np.empty((0, 1), np.uint64))
+    assert len(empty) == 0 and empty.to_tensors() == []
+    with Ragged.create(tmp_path / "r", np.int32, ndim=1, codec="raw") as w:
+        w.append(empty)
+        w.append(RaggedBatch.from_records([np.arange(3, dtype=np.int32)]))
+    with Ragged.open(tmp_path / "r") as rs:
+        assert len(rs) == 1 and host(rs[0].values).tolist() == [0, 1, 2]
+
+
 def test_append_refuses_wrong_batches(tmp_path):
     with Ragged.create(tmp_path / "s", np.int32, ndim=1, codec="raw") as w:
         with pytest.raises(TypeError, match="takes a RaggedBatch"):

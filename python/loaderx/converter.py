@@ -255,6 +255,18 @@ class _Progress:
             print(f"loaderx.convert: {msg}", file=sys.stderr, flush=True)
 
 
+def _check_name(name: Any, what: str) -> None:
+    """A column or split name becomes a directory name: it must be one."""
+    if (
+        not isinstance(name, str)
+        or name in ("", ".", "..")
+        or "/" in name
+        or "\0" in name
+        or (os.altsep is not None and os.altsep in name)
+    ):
+        raise ValueError(f"{what} {name!r} cannot name a directory of the output")
+
+
 def _convert_split(
     pa, ds: Any, root: str, label: str, codec: str, data_shards: int, say: _Progress
 ) -> None:
@@ -263,6 +275,8 @@ def _convert_split(
         raise ValueError("the dataset has no columns")
     if len(ds) == 0:
         raise ValueError("the dataset has no rows; there is nothing to convert")
+    for c in ds.column_names:
+        _check_name(c, "column")
     plans = [_plan(pa, c, schema.field(c).type, ds.features.get(c)) for c in ds.column_names]
     writers = {}
     try:
@@ -341,6 +355,8 @@ def convert(
         if _is_dict(dataset):
             if not dataset:
                 raise ValueError("the DatasetDict has no splits")
+            for split in dataset:
+                _check_name(split, "split")
             for split, ds in dataset.items():
                 os.makedirs(os.path.join(tmp, split))
                 root, label = os.path.join(tmp, split), os.path.join(dest, split)

@@ -18,6 +18,7 @@ import io
 import mmap
 import numbers
 import os
+import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -80,6 +81,9 @@ def _host_array(data: Any, what: str) -> Any:
         f"{what} must be a NumPy array, a CPU DLPack producer or a loaderx DLTensor, "
         f"got {type(data).__name__} (append does not coerce)"
     )
+
+
+_ROOT_ALLOCATOR_LOCK = threading.Lock()
 
 
 def _out_of_range(i: int, n: int) -> IndexError:
@@ -194,8 +198,10 @@ class _Reader:
         if self._allocator is None:
             from .allocator import host
 
-            self._allocator = host.Allocator()
-            self._owns_allocator = True
+            with _ROOT_ALLOCATOR_LOCK:  # two first reads must not make two
+                if self._allocator is None:
+                    self._allocator = host.Allocator()
+                    self._owns_allocator = True
         return self._allocator
 
     @property

@@ -2,7 +2,7 @@
 //! linked, and the pool backings built on them.
 //!
 //! Only the handful of runtime entry points a placement needs are bound: device
-//! count and selection, device, managed and pinned host allocation, and a
+//! count, selection and query, device, managed and pinned host allocation, and a
 //! host-to-device copy. Which library to load is the caller's decision.
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
@@ -59,6 +59,7 @@ type AllocFlags = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> c_int
 type Free = unsafe extern "C" fn(*mut c_void) -> c_int;
 type Memcpy = unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int) -> c_int;
 type SetDevice = unsafe extern "C" fn(c_int) -> c_int;
+type GetDevice = unsafe extern "C" fn(*mut c_int) -> c_int;
 type DeviceCount = unsafe extern "C" fn(*mut c_int) -> c_int;
 type ErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
 
@@ -73,6 +74,7 @@ pub struct Runtime {
     host_free: Free,
     memcpy: Memcpy,
     set_device: SetDevice,
+    get_device: GetDevice,
     device_count: DeviceCount,
     error_string: ErrorString,
     // Last, so that it is dropped (unloaded) after nothing can call into it.
@@ -107,6 +109,7 @@ impl Runtime {
             host_free: bind(&lib, api, "HostFree", &shown)?,
             memcpy: bind(&lib, api, "Memcpy", &shown)?,
             set_device: bind(&lib, api, "SetDevice", &shown)?,
+            get_device: bind(&lib, api, "GetDevice", &shown)?,
             device_count: bind(&lib, api, "GetDeviceCount", &shown)?,
             error_string: bind(&lib, api, "GetErrorString", &shown)?,
             path: shown,
@@ -149,13 +152,29 @@ impl Runtime {
         Ok(n.max(0) as usize)
     }
 
-    /// Makes `device` current on the calling thread; runtimes keep it per thread.
-    fn use_device(&self, device: i32) -> Result<()> {
+    /// Runs `f` with `device` current on the calling thread, then makes the
+    /// caller's device current again: runtimes keep the current device per
+    /// thread, and a library must not move its caller's (a framework would then
+    /// put its own allocations on our device).
+    fn on_device<T>(&self, device: i32, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        let mut before: c_int = 0;
+        // SAFETY: `before` is a valid out-pointer.
+        self.check(
+            unsafe { (self.get_device)(&mut before) },
+            "reading the current device",
+        )?;
+        if before == device {
+            return f();
+        }
         // SAFETY: plain call; the runtime validates the id.
         self.check(
             unsafe { (self.set_device)(device) },
             &format!("selecting device {device}"),
-        )
+        )?;
+        let out = f();
+        // SAFETY: `before` was current a moment ago, so it is valid.
+        let _ = unsafe { (self.set_device)(before) };
+        out
     }
 
     /// `cap` bytes of `what` from `call`, an allocation entry point given the
@@ -167,29 +186,41 @@ impl Runtime {
         what: &str,
         call: impl FnOnce(*mut *mut c_void) -> c_int,
     ) -> Result<NonNull<u8>> {
-        self.use_device(device)?;
-        let mut p: *mut c_void = std::ptr::null_mut();
-        self.check(call(&mut p), &format!("allocating {cap} bytes of {what}"))?;
-        NonNull::new(p.cast::<u8>())
-            .ok_or_else(|| Error::Runtime(format!("{} returned no {what}", self.path)))
+        self.on_device(device, || {
+            let mut p: *mut c_void = std::ptr::null_mut();
+            self.check(call(&mut p), &format!("allocating {cap} bytes of {what}"))?;
+            NonNull::new(p.cast::<u8>())
+                .ok_or_else(|| Error::Runtime(format!("{} returned no {what}", self.path)))
+        })
+    }
+
+    /// Frees `ptr` with `free` on `device`. A failure can only leak, and there is
+    /// no caller to report it to.
+    fn release(&self, device: i32, free: Free, ptr: NonNull<u8>) {
+        let _ = self.on_device(device, || {
+            // SAFETY: `ptr` came from the allocator that `free` belongs to.
+            let _ = unsafe { free(ptr.as_ptr().cast()) };
+            Ok(())
+        });
     }
 
     /// Copies `src` to device memory at `dst`; returns once the copy is done, so
     /// `src` may be reused at once (the runtimes complete a copy from pinned host
     /// memory before they return).
     pub fn copy_to_device(&self, device: i32, dst: *mut u8, src: &[u8]) -> Result<()> {
-        self.use_device(device)?;
-        // SAFETY: `dst` holds at least `src.len()` bytes of device memory (the
-        // caller's block) and `src` is valid for reads.
-        let code = unsafe {
-            (self.memcpy)(
-                dst.cast(),
-                src.as_ptr().cast(),
-                src.len(),
-                MEMCPY_HOST_TO_DEVICE,
-            )
-        };
-        self.check(code, &format!("copying {} bytes to the device", src.len()))
+        self.on_device(device, || {
+            // SAFETY: `dst` holds at least `src.len()` bytes of device memory (the
+            // caller's block) and `src` is valid for reads.
+            let code = unsafe {
+                (self.memcpy)(
+                    dst.cast(),
+                    src.as_ptr().cast(),
+                    src.len(),
+                    MEMCPY_HOST_TO_DEVICE,
+                )
+            };
+            self.check(code, &format!("copying {} bytes to the device", src.len()))
+        })
     }
 }
 
@@ -222,9 +253,7 @@ impl Backing for DeviceMemory {
     }
 
     fn free(&self, ptr: NonNull<u8>, _cap: usize) {
-        // SAFETY: `ptr` came from this runtime's allocator. A failure to free can
-        // only leak, and there is no caller to report it to.
-        let _ = unsafe { (self.runtime.free)(ptr.as_ptr().cast()) };
+        self.runtime.release(self.device, self.runtime.free, ptr);
     }
 
     fn device(&self) -> (i32, i32) {
@@ -252,8 +281,8 @@ impl Backing for PinnedMemory {
     }
 
     fn free(&self, ptr: NonNull<u8>, _cap: usize) {
-        // SAFETY: `ptr` came from this runtime's pinned allocator.
-        let _ = unsafe { (self.runtime.host_free)(ptr.as_ptr().cast()) };
+        self.runtime
+            .release(self.device, self.runtime.host_free, ptr);
     }
 
     fn device(&self) -> (i32, i32) {

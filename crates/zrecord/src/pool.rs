@@ -91,13 +91,16 @@ pub struct PoolStats {
 /// The capacity actually allocated for a request of `len` bytes: small sizes round
 /// to 4 KiB, larger ones to 1/8 of their power of two, so that batches of nearly
 /// the same size share regions while wasting at most 12.5%.
-pub fn size_class(len: usize) -> usize {
+/// None when the class would not fit an allocation (`isize::MAX` bytes).
+pub fn size_class(len: usize) -> Option<usize> {
     let len = len.max(ALIGN);
-    if len <= 64 << 10 {
-        return len.div_ceil(4096) * 4096;
-    }
-    let step = 1usize << (usize::BITS - 1 - len.leading_zeros() - 3);
-    len.div_ceil(step) * step
+    let cap = if len <= 64 << 10 {
+        len.div_ceil(4096) * 4096
+    } else {
+        let step = 1usize << (usize::BITS - 1 - len.leading_zeros() - 3);
+        len.div_ceil(step).checked_mul(step)?
+    };
+    (cap <= isize::MAX as usize).then_some(cap)
 }
 
 fn layout(cap: usize) -> Option<Layout> {
@@ -132,7 +135,8 @@ impl Pool {
 
     /// A region of at least `len` bytes, exclusively the caller's until dropped.
     pub fn acquire(self: &Arc<Self>, len: usize) -> Result<Block> {
-        let cap = size_class(len);
+        let cap = size_class(len)
+            .ok_or_else(|| Error::Invalid(format!("cannot allocate {len} bytes: too large")))?;
         let mut st = self.lock();
         if st.closed {
             return Err(Error::Invalid("the allocator is closed".into()));
@@ -142,7 +146,7 @@ impl Pool {
         // fresh region costs a page fault per 4 KiB on first touch.
         let fit = st
             .free
-            .range_mut(cap..=cap + cap / 2)
+            .range_mut(cap..=cap.saturating_add(cap / 2))
             .find_map(|(&c, v)| v.pop().map(|r| (c, r)));
         let (ptr, cap) = match fit {
             Some((c, r)) => {
@@ -285,12 +289,23 @@ mod tests {
             (1 << 20) + 1,
             38_535_168,
         ] {
-            let c = size_class(len);
+            let c = size_class(len).unwrap();
             assert!(c >= len.max(ALIGN));
             assert!(c % ALIGN == 0);
             if len > 65536 {
                 assert!((c - len) * 8 <= len, "{len} -> {c}");
             }
+        }
+    }
+
+    #[test]
+    fn requests_too_large_to_allocate_are_errors() {
+        assert_eq!(size_class(usize::MAX), None);
+        assert_eq!(size_class(isize::MAX as usize + 1), None);
+        let pool = Pool::host(DEFAULT_IDLE_LIMIT);
+        drop(pool.acquire(1 << 20).unwrap()); // an idle region, so the range search runs
+        for len in [usize::MAX, 11 << 60] {
+            assert!(matches!(pool.acquire(len), Err(Error::Invalid(m)) if m.contains("too large")));
         }
     }
 

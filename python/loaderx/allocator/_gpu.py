@@ -13,8 +13,8 @@ class GpuAllocator(PooledAllocator):
     _api: str
 
     def __init__(self, device: int = 0, *, idle_limit: int = DEFAULT_IDLE_LIMIT) -> None:
-        device = check_int(device, "device", 0)
-        idle_limit = check_int(idle_limit, "idle_limit", 0)
+        device = check_int(device, "device", 0, 2**31 - 1)
+        idle_limit = check_int(idle_limit, "idle_limit", 0, 2**63 - 1)
         library = _runtime.find(self._spec)
         super().__init__(_native.Allocator.device(self._api, library, device, idle_limit))
 
