@@ -77,6 +77,25 @@ def test_a_root_reader_reads_into_its_own_host_allocator(dense, tmp_path):
     del kept
 
 
+def test_a_python_only_allocator_cannot_receive_gathers(dense):
+    ds, _ = dense
+
+    class Mine(Allocator):
+        def allocate(self, nbytes):
+            raise AssertionError("not called")
+
+        def close(self):
+            pass
+
+        @property
+        def closed(self):
+            return False
+
+    view = ds.bind(Mine())
+    with pytest.raises(TypeError, match="Mine has no native pool: readers gather only"):
+        view[[0]]
+
+
 def test_live_regions_are_never_handed_out_twice(dense):
     ds, data = dense
     a = host_alloc.Allocator()

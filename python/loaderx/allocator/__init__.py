@@ -52,7 +52,10 @@ class Allocator(abc.ABC):
     @property
     def _native(self) -> Any:
         """The native allocator the gather fills into."""
-        raise TypeError(f"{type(self).__name__} cannot receive gathers yet")
+        raise TypeError(
+            f"{type(self).__name__} has no native pool: readers gather only into "
+            "loaderx's own allocators (host, cuda, amdgpu)"
+        )
 
     def __enter__(self):
         return self
