@@ -60,6 +60,23 @@ struct ManagedVersioned {
     dl_tensor: RawTensor,
 }
 
+/// Reinterprets host bytes as `T`s, a plain integer type, refusing misaligned or
+/// ragged lengths.
+pub(crate) fn typed<'a, T>(bytes: &'a [u8], what: &str) -> PyResult<&'a [T]> {
+    let size = std::mem::size_of::<T>();
+    // An empty array's data pointer may be anything, so it is not checked.
+    if bytes.is_empty() {
+        return Ok(&[]);
+    }
+    if bytes.len() % size != 0 || (bytes.as_ptr() as usize) % std::mem::align_of::<T>() != 0 {
+        return Err(PyValueError::new_err(format!(
+            "{what} is not an aligned array of {size}-byte items"
+        )));
+    }
+    // SAFETY: aligned, whole items, and any bit pattern is a valid i32 / u64.
+    Ok(unsafe { std::slice::from_raw_parts(bytes.as_ptr() as *const T, bytes.len() / size) })
+}
+
 /// The memory behind a DLTensor.
 pub enum Memory {
     /// A region from one of our pools.
@@ -387,22 +404,14 @@ impl DLTensor {
             [_, ndim] if *ndim > 0 => *ndim as usize,
             _ => return Err(PyValueError::new_err("shapes must be (n, ndim)")),
         };
-        let cu: Vec<i32> = cu_seqlens
-            .host_bytes()?
-            .chunks_exact(4)
-            .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
-        shapes
-            .host_bytes()?
-            .chunks_exact(8 * ndim)
+        let cu = typed::<i32>(cu_seqlens.host_bytes()?, "cu_seqlens")?;
+        typed::<u64>(shapes.host_bytes()?, "shapes")?
+            .chunks_exact(ndim)
             .zip(cu.windows(2))
             .map(|(shape, w)| {
                 let start = usize::try_from(w[0])
                     .map_err(|_| PyValueError::new_err("negative cu_seqlens offset"))?;
-                let shape = shape
-                    .chunks_exact(8)
-                    .map(|d| zrecord::format::le_u64(d, 0) as i64)
-                    .collect();
+                let shape = shape.iter().map(|&d| d as i64).collect();
                 self.view(start * isz, shape, self.dtype)
             })
             .collect()

@@ -13,7 +13,7 @@ use zrecord::ragged::RaggedView;
 use zrecord::{Codec, DType, Kind, Schema, Source, Store, Writer};
 
 use crate::allocator::NativeAllocator;
-use crate::dlpack::{DLTensor, Memory};
+use crate::dlpack::{typed, DLTensor, Memory};
 use crate::errors::IntoPy;
 
 fn parse_dtype(name: &str) -> PyResult<DType> {
@@ -52,22 +52,6 @@ fn host_bytes<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a [u8]> {
         let data = (*arr.as_array_ptr()).fields.data as *const u8;
         std::slice::from_raw_parts(data, nbytes)
     })
-}
-
-/// Reinterprets host bytes as `T`s, refusing misaligned or ragged lengths.
-fn typed<'a, T>(bytes: &'a [u8], what: &str) -> PyResult<&'a [T]> {
-    let size = std::mem::size_of::<T>();
-    // An empty array's data pointer may be anything, so it is not checked.
-    if bytes.is_empty() {
-        return Ok(&[]);
-    }
-    if bytes.len() % size != 0 || (bytes.as_ptr() as usize) % std::mem::align_of::<T>() != 0 {
-        return Err(PyValueError::new_err(format!(
-            "{what} is not an aligned array of {size}-byte items"
-        )));
-    }
-    // SAFETY: aligned, whole items, and any bit pattern is a valid i32 / u64.
-    Ok(unsafe { std::slice::from_raw_parts(bytes.as_ptr() as *const T, bytes.len() / size) })
 }
 
 /// Record positions from a 1-D uint64 or int64 array, copied so that the array may
