@@ -117,10 +117,6 @@ impl Runtime {
         }))
     }
 
-    pub fn api(&self) -> Api {
-        self.api
-    }
-
     pub fn path(&self) -> &str {
         &self.path
     }

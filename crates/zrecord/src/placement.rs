@@ -19,7 +19,6 @@ struct Stage {
 
 pub struct Placement {
     out: Arc<Pool>,
-    device: i32,
     stage: Option<Stage>,
 }
 
@@ -28,7 +27,6 @@ impl Placement {
     pub fn host(pool: Arc<Pool>) -> Placement {
         Placement {
             out: pool,
-            device: 0,
             stage: None,
         }
     }
@@ -79,7 +77,6 @@ impl Placement {
         };
         Ok(Placement {
             out,
-            device,
             stage: Some(stage),
         })
     }
@@ -117,7 +114,7 @@ impl Placement {
         let tmp = staged.as_mut_slice()?;
         fill(tmp)?;
         match &stage.runtime {
-            Some(rt) => rt.copy_to_device(self.device, out.as_ptr(), tmp)?,
+            Some(rt) => rt.copy_to_device(self.out.device().1, out.as_ptr(), tmp)?,
             None => out.as_mut_slice()?.copy_from_slice(tmp),
         }
         Ok(out)

@@ -58,6 +58,7 @@ impl Backing for HostMemory {
         true
     }
 }
+
 /// Idle bytes a pool keeps by default before it frees released regions instead.
 pub const DEFAULT_IDLE_LIMIT: usize = 1 << 30;
 
