@@ -25,7 +25,9 @@ Audio or Video features (map them to arrays or bytes with ``Dataset.map`` first)
 
 ``huggingface(repo, ...)`` downloads a dataset repository at an immutable
 revision and returns its ``DatasetDict``. Both need the ``converter`` extra
-(``pip install 'loaderx[converter]'``).
+(``datasets`` and ``pyarrow``): ``bash scripts/test.sh`` installs it into ``.venv``,
+or run ``.venv/bin/pip install -e '.[converter]'`` in the loaderx checkout. Install
+from the checkout, not by name: the ``loaderx`` package on PyPI is not this code.
 """
 
 from __future__ import annotations
