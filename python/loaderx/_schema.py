@@ -7,29 +7,14 @@ import operator
 
 import numpy as np
 
-CODECS = ("raw", "zstd", "zstd_dict")
-MAX_SHARDS = 255
+from . import _native
 
-# Exactly the element types DLPack represents without loss.
-SUPPORTED = frozenset(
-    np.dtype(n)
-    for n in (
-        "bool",
-        "int8",
-        "int16",
-        "int32",
-        "int64",
-        "uint8",
-        "uint16",
-        "uint32",
-        "uint64",
-        "float16",
-        "float32",
-        "float64",
-        "complex64",
-        "complex128",
-    )
-)
+CODECS: tuple[str, ...] = _native.CODECS
+MAX_SHARDS: int = _native.MAX_DATA_SHARDS
+
+# Exactly the element types DLPack represents without loss, as the format defines
+# them.
+SUPPORTED = frozenset(np.dtype(name) for name in _native.DTYPES)
 
 
 def check_dtype(dtype: object) -> np.dtype:
@@ -89,18 +74,12 @@ def check_item_shape(item_shape: object) -> tuple[int, ...]:
 
 
 def check_codec(codec: object, dict_bytes: object) -> bytes | None:
+    """`dict_bytes` as bytes. Whether the codec needs a dictionary is checked by
+    the writer, which owns that rule."""
     if not isinstance(codec, str) or codec not in CODECS:
         raise ValueError(f"codec must be one of {', '.join(map(repr, CODECS))}, got {codec!r}")
-    if codec == "zstd_dict":
-        if dict_bytes is None:
-            raise ValueError(
-                "codec 'zstd_dict' needs dict_bytes; train one with loaderx.utils.train_dict"
-            )
-        if not isinstance(dict_bytes, (bytes, bytearray, memoryview)):
-            raise TypeError(f"dict_bytes must be bytes, got {type(dict_bytes).__name__}")
-        if len(dict_bytes) == 0:
-            raise ValueError("dict_bytes is empty")
-        return bytes(dict_bytes)
-    if dict_bytes is not None:
-        raise ValueError(f"dict_bytes is only used by codec 'zstd_dict', not {codec!r}")
-    return None
+    if dict_bytes is None:
+        return None
+    if not isinstance(dict_bytes, (bytes, bytearray, memoryview)):
+        raise TypeError(f"dict_bytes must be bytes, got {type(dict_bytes).__name__}")
+    return bytes(dict_bytes)

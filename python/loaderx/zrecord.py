@@ -24,13 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from . import _native
+from . import _native, errors
 from ._schema import MAX_SHARDS, check_codec, check_dtype, check_int, check_item_shape
 
 __all__ = ["DLTensor", "Dense", "Ragged", "RaggedBatch", "ZrecordError"]
 
 DLTensor = _native.DLTensor
-ZrecordError = _native.ZrecordError
+ZrecordError = errors.ZrecordError
 DLTensor.__doc__ = """A DLPack-only view of a gathered batch or record.
 
 Consume it with ``np.from_dlpack(t)`` (shares memory), ``torch.from_dlpack(t)`` or
@@ -38,7 +38,7 @@ Consume it with ``np.from_dlpack(t)`` (shares memory), ``torch.from_dlpack(t)`` 
 ``device`` (the ``__dlpack_device__()`` pair), and deliberately no ``__array__``.
 """
 
-_DL_CPU = 1
+_DL_CPU: int = _native.DL_CPU
 
 
 class ModeError(io.UnsupportedOperation, TypeError):
@@ -87,7 +87,8 @@ _ROOT_ALLOCATOR_LOCK = threading.Lock()
 
 
 def _out_of_range(i: int, n: int) -> IndexError:
-    return IndexError(f"position {i} is out of range for a store of {n} records (0..{n - 1})")
+    err: IndexError = _native.out_of_range(i, n)
+    return err
 
 
 def _positions(key: Any, n: int) -> int | np.ndarray:
@@ -323,8 +324,6 @@ class _Writer:
 
 def _create_args(path: Any, dtype: Any, codec: Any, data_shards: Any, dict_bytes: Any):
     p = _fspath(path)
-    if os.path.lexists(p):
-        raise FileExistsError(f"{p}: already exists; stores are immutable, write a new path")
     dt = check_dtype(dtype)
     shards = check_int(data_shards, "data_shards", 1, MAX_SHARDS)
     return p, dt, shards, check_codec(codec, dict_bytes)
@@ -632,11 +631,6 @@ class Ragged(_Reader):
         """Starts a new Ragged store at `path`, which must not exist."""
         p, dt, shards, dct = _create_args(path, dtype, codec, data_shards, dict_bytes)
         nd = check_int(ndim, "ndim", 0)
-        if nd == 0:
-            raise ValueError(
-                "Ragged needs ndim >= 1; scalar records have a fixed shape: "
-                "use Dense with item_shape=()"
-            )
         native = _native.Writer.create_ragged(p, dt.name, nd, codec, shards, dct)
         return RaggedWriter(native, p, dt, nd, codec, shards)
 

@@ -3,21 +3,18 @@
 
 use std::path::PathBuf;
 
-use pyo3::exceptions::PyValueError;
+use loaderx_gather::{Api, Block, Placement, Pool, Runtime, DEFAULT_IDLE_LIMIT};
 use pyo3::prelude::*;
-use zrecord::device::{Api, DeviceKind, Runtime};
-use zrecord::placement::Placement;
-use zrecord::pool::{Pool, DEFAULT_IDLE_LIMIT};
 
 use crate::errors::IntoPy;
 
-#[pyclass(module = "loaderx._native", name = "Allocator", frozen)]
-pub struct NativeAllocator {
+#[pyclass(module = "loaderx._native", name = "Placement", frozen)]
+pub struct PyPlacement {
     placement: Placement,
     library: Option<String>,
 }
 
-impl NativeAllocator {
+impl PyPlacement {
     pub fn placement(&self) -> &Placement {
         &self.placement
     }
@@ -26,7 +23,7 @@ impl NativeAllocator {
 /// One exclusively owned region; freed back to its pool when dropped.
 #[pyclass(module = "loaderx._native", name = "Allocation", frozen)]
 pub struct Allocation {
-    block: zrecord::pool::Block,
+    block: Block,
 }
 
 #[pymethods]
@@ -46,12 +43,12 @@ impl Allocation {
 }
 
 #[pymethods]
-impl NativeAllocator {
+impl PyPlacement {
     /// Pooled, 64-byte aligned host memory.
     #[staticmethod]
     #[pyo3(signature = (idle_limit=DEFAULT_IDLE_LIMIT))]
     fn host(idle_limit: usize) -> Self {
-        NativeAllocator {
+        PyPlacement {
             placement: Placement::host(Pool::host(idle_limit)),
             library: None,
         }
@@ -68,22 +65,13 @@ impl NativeAllocator {
         device: i32,
         idle_limit: usize,
     ) -> PyResult<Self> {
-        let (api, kind) = match api {
-            "cuda" => (Api::Cuda, DeviceKind::Device),
-            "hip" => (Api::Hip, DeviceKind::Managed),
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "unknown GPU runtime {other:?}; expected \"cuda\" or \"hip\""
-                )))
-            }
-        };
         let placement = py
             .detach(|| {
-                let rt = Runtime::load(api, &library)?;
-                Placement::device(rt, device, kind, idle_limit)
+                let rt = Runtime::load(Api::from_name(api)?, &library)?;
+                Placement::device(rt, device, idle_limit)
             })
             .py_err()?;
-        Ok(NativeAllocator {
+        Ok(PyPlacement {
             library: Some(library.display().to_string()),
             placement,
         })

@@ -4,13 +4,15 @@
 use std::ffi::{c_void, CStr};
 use std::sync::Arc;
 
+use loaderx_gather::{Block, DL_CPU};
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyBufferError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use pyo3::{ffi, IntoPyObjectExt};
-use zrecord::pool::{Block, DL_CPU};
 use zrecord::DType;
+
+use crate::errors::IntoPy;
 
 const DLPACK_MAJOR: u32 = 1;
 const DLPACK_MINOR: u32 = 0;
@@ -399,21 +401,16 @@ impl DLTensor {
         cu_seqlens: PyRef<'_, DLTensor>,
         shapes: PyRef<'_, DLTensor>,
     ) -> PyResult<Vec<DLTensor>> {
-        let isz = self.dtype.itemsize();
         let ndim = match shapes.shape.as_slice() {
-            [_, ndim] if *ndim > 0 => *ndim as usize,
-            _ => return Err(PyValueError::new_err("shapes must be (n, ndim)")),
+            [_, ndim] => usize::try_from(*ndim).unwrap_or(0),
+            _ => 0,
         };
         let cu = typed::<i32>(cu_seqlens.host_bytes()?, "cu_seqlens")?;
-        typed::<u64>(shapes.host_bytes()?, "shapes")?
-            .chunks_exact(ndim)
-            .zip(cu.windows(2))
-            .map(|(shape, w)| {
-                let start = usize::try_from(w[0])
-                    .map_err(|_| PyValueError::new_err("negative cu_seqlens offset"))?;
-                let shape = shape.iter().map(|&d| d as i64).collect();
-                self.view(start * isz, shape, self.dtype)
-            })
+        let shapes = typed::<u64>(shapes.host_bytes()?, "shapes")?;
+        zrecord::record_spans(cu, shapes, ndim, self.dtype.itemsize())
+            .py_err()?
+            .into_iter()
+            .map(|(at, shape)| self.view(at, shape.iter().map(|&d| d as i64).collect(), self.dtype))
             .collect()
     }
 

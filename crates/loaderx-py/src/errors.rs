@@ -1,41 +1,109 @@
-//! The one place where core errors become Python exceptions.
+//! The one place where errors become Python exceptions. The classes live in the
+//! pure-Python `loaderx.errors`, where users read them; each subclasses the
+//! standard exception its failure has always raised, so `except ValueError`
+//! and the like keep working.
 
-use pyo3::create_exception;
-use pyo3::exceptions::{
-    PyFileExistsError, PyFileNotFoundError, PyIndexError, PyOSError, PyRuntimeError, PyValueError,
-};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyType;
 
-create_exception!(
-    _native,
-    ZrecordError,
-    PyValueError,
-    "A store on disk is damaged, incomplete, or of a format this version does not read."
-);
+/// The exception class `name` of `loaderx.errors`.
+fn class<'py>(py: Python<'py>, name: &'static str) -> PyResult<Bound<'py, PyType>> {
+    static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    let module = MODULE.get_or_try_init(py, || py.import("loaderx.errors").map(Bound::unbind))?;
+    Ok(module.bind(py).getattr(name)?.cast_into::<PyType>()?)
+}
 
-pub fn to_py(e: zrecord::Error) -> PyErr {
+/// Builds exception `name` with `args`, then sets `attrs` on it.
+fn raise(
+    name: &'static str,
+    args: impl for<'py> FnOnce(Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyTuple>>,
+    attrs: impl for<'py> FnOnce(&Bound<'py, PyAny>) -> PyResult<()>,
+) -> PyErr {
+    Python::attach(|py| {
+        let made = (|| {
+            let value = class(py, name)?.call1(args(py)?)?;
+            attrs(&value)?;
+            Ok::<_, PyErr>(PyErr::from_value(value))
+        })();
+        made.unwrap_or_else(|e| e)
+    })
+}
+
+fn simple(name: &'static str, msg: String) -> PyErr {
+    raise(name, |py| pyo3::types::PyTuple::new(py, [msg]), |_| Ok(()))
+}
+
+fn format_error(e: zrecord::Error) -> PyErr {
     use zrecord::Error as E;
     let msg = e.to_string();
     match e {
-        E::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
-            PyFileNotFoundError::new_err(msg)
+        E::InvalidArgument(_) => simple("InvalidArgumentError", msg),
+        E::OutOfRange { .. } => simple("OutOfRangeError", msg),
+        E::NotFound(_) => simple("StoreNotFoundError", msg),
+        E::Exists(_) => simple("StoreExistsError", msg),
+        E::Io { path, source } => {
+            let name = match source.kind() {
+                std::io::ErrorKind::NotFound => "StoreNotFoundError",
+                _ => "StorageError",
+            };
+            let errno = source.raw_os_error().unwrap_or(0);
+            raise(
+                name,
+                |py| {
+                    (errno, msg, path.clone()).into_pyobject(py).map(|t| {
+                        t.into_any()
+                            .cast_into()
+                            .unwrap_or_else(|_| pyo3::types::PyTuple::empty(py))
+                    })
+                },
+                |_| Ok(()),
+            )
         }
-        E::Io { .. } => PyOSError::new_err(msg),
-        E::Corrupt { .. } => ZrecordError::new_err(msg),
-        E::Invalid(_) => PyValueError::new_err(msg),
-        E::OutOfRange { .. } => PyIndexError::new_err(msg),
-        E::NotFound(_) => PyFileNotFoundError::new_err(msg),
-        E::Exists(_) => PyFileExistsError::new_err(msg),
-        E::Runtime(_) => PyRuntimeError::new_err(msg),
+        E::Corrupt { path, record, .. } => raise(
+            "ZrecordError",
+            |py| pyo3::types::PyTuple::new(py, [msg]),
+            |v| {
+                v.setattr("path", path)?;
+                v.setattr("record", record)
+            },
+        ),
+        E::OutOfMemory { .. } => simple("OutOfMemoryError", msg),
+        E::Internal(_) => simple("InternalError", msg),
     }
 }
 
+/// `OutOfRangeError` with `msg`.
+pub fn out_of_range(msg: String) -> PyErr {
+    simple("OutOfRangeError", msg)
+}
+
+fn engine_error(e: loaderx_gather::Error) -> PyErr {
+    match e {
+        loaderx_gather::Error::Store(e) => format_error(e),
+        loaderx_gather::Error::Device(msg) => simple("DeviceError", msg),
+    }
+}
+
+/// Converts a core result into a Python one.
 pub trait IntoPy<T> {
     fn py_err(self) -> PyResult<T>;
 }
 
 impl<T> IntoPy<T> for zrecord::Result<T> {
     fn py_err(self) -> PyResult<T> {
-        self.map_err(to_py)
+        self.map_err(format_error)
+    }
+}
+
+impl<T> IntoPy<T> for loaderx_gather::Result<T> {
+    fn py_err(self) -> PyResult<T> {
+        self.map_err(engine_error)
+    }
+}
+
+impl<T> IntoPy<T> for loaderx_sampler::Result<T> {
+    fn py_err(self) -> PyResult<T> {
+        self.map_err(|e| simple("InvalidArgumentError", e.0))
     }
 }

@@ -1,6 +1,7 @@
-//! `loaderx._native`: the PyO3 skin over the `zrecord` core. The public API and
-//! its validation live in the Python package; this module converts arguments and
-//! releases the GIL around all byte-moving work.
+//! `loaderx._native`: the PyO3 skin over the `zrecord` format, the gather engine
+//! and the sampler kernels. The public API, its signatures and docstrings live in
+//! the Python package; this module converts arguments and results, maps errors
+//! once (`errors`), and releases the GIL around all byte-moving work.
 
 use pyo3::prelude::*;
 
@@ -10,16 +11,37 @@ mod errors;
 mod sampler;
 mod store;
 
+/// The rules and limits the Python package checks arguments against, defined
+/// once in the crates and exported here so that no rule is written twice.
+fn constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let dtypes: Vec<&str> = zrecord::ALL_DTYPES.iter().map(|d| d.name()).collect();
+    let codecs: Vec<&str> = zrecord::ALL_CODECS.iter().map(|c| c.name()).collect();
+    m.add("DTYPES", pyo3::types::PyTuple::new(m.py(), dtypes)?)?;
+    m.add("CODECS", pyo3::types::PyTuple::new(m.py(), codecs)?)?;
+    m.add("FORMAT_VERSION", zrecord::FORMAT_VERSION)?;
+    m.add("DEFAULT_DATA_SHARDS", zrecord::DEFAULT_DATA_SHARDS)?;
+    m.add("MAX_DATA_SHARDS", zrecord::MAX_DATA_SHARDS)?;
+    m.add("MAX_NDIM", zrecord::MAX_NDIM)?;
+    m.add("MAX_RECORD_BYTES", zrecord::MAX_RECORD_BYTES)?;
+    m.add("ZSTD_LEVEL", zrecord::ZSTD_LEVEL)?;
+    m.add("ALIGN", zrecord::ALIGN)?;
+    m.add("DEFAULT_IDLE_LIMIT", loaderx_gather::DEFAULT_IDLE_LIMIT)?;
+    m.add("DL_CPU", loaderx_gather::DL_CPU)?;
+    m.add("DL_CUDA", loaderx_gather::DL_CUDA)?;
+    m.add("DL_ROCM", loaderx_gather::DL_ROCM)?;
+    Ok(())
+}
+
 #[pymodule(gil_used = true)]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("ZrecordError", m.py().get_type::<errors::ZrecordError>())?;
-    m.add("FORMAT_VERSION", zrecord::format::FORMAT_VERSION)?;
+    constants(m)?;
     m.add_class::<dlpack::DLTensor>()?;
     m.add_class::<store::PyStore>()?;
     m.add_class::<store::PyWriter>()?;
-    m.add_class::<allocator::NativeAllocator>()?;
+    m.add_class::<allocator::PyPlacement>()?;
     m.add_class::<allocator::Allocation>()?;
     m.add_function(wrap_pyfunction!(store::check_ragged, m)?)?;
+    m.add_function(wrap_pyfunction!(store::out_of_range, m)?)?;
     m.add_function(wrap_pyfunction!(store::train_dictionary, m)?)?;
     m.add_function(wrap_pyfunction!(store::temp_sibling, m)?)?;
     m.add_function(wrap_pyfunction!(store::publish_dir, m)?)?;

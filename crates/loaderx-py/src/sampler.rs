@@ -8,11 +8,11 @@
 
 use std::ptr::NonNull;
 
+use loaderx_sampler::{Mode, Sampler};
 use numpy::{IntoPyArray, PyArray1, PyArrayMethods};
 use pyo3::exceptions::{PyMemoryError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt};
-use zrecord::sampler::{Mode, Sampler};
 
 use crate::errors::IntoPy;
 

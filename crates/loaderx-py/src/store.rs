@@ -1,18 +1,18 @@
-//! Native store reader and writer. Arguments arrive already validated by the
-//! Python package; this layer only converts them and releases the GIL around the
-//! work.
+//! Native store reader and writer. This layer converts arguments and results and
+//! releases the GIL around the work; the engine decides how a gather runs and the
+//! format crate what is valid.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use loaderx_gather::{gather, THREADS};
 use numpy::{PyArrayDescrMethods, PyReadonlyArray1, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use zrecord::ragged::RaggedView;
-use zrecord::{Codec, DType, Kind, Schema, Source, Store, Writer};
+use zrecord::{Codec, DType, Kind, RaggedView, Schema, Source, Store, Writer};
 
-use crate::allocator::NativeAllocator;
+use crate::allocator::PyPlacement;
 use crate::dlpack::{typed, DLTensor, Memory};
 use crate::errors::IntoPy;
 
@@ -21,11 +21,7 @@ fn parse_dtype(name: &str) -> PyResult<DType> {
 }
 
 fn parse_codec(name: &str) -> PyResult<Codec> {
-    Codec::from_name(name).ok_or_else(|| {
-        PyValueError::new_err(format!(
-            "codec must be one of 'raw', 'zstd', 'zstd_dict', got {name:?}"
-        ))
-    })
+    Codec::from_name(name).ok_or_else(|| PyValueError::new_err(format!("unknown codec {name:?}")))
 }
 
 /// The bytes of a host array: a C-contiguous NumPy array or a host DLTensor.
@@ -89,26 +85,14 @@ impl PyStore {
         py: Python<'_>,
         idx: &[u64],
         shape: Vec<i64>,
-        allocator: &NativeAllocator,
+        allocator: &PyPlacement,
     ) -> PyResult<DLTensor> {
-        let schema = self.store.schema();
-        let rb = schema.record_bytes().unwrap_or(0) as usize;
         let store = &self.store;
+        let placement = allocator.placement();
         let block = py
-            .detach(|| {
-                allocator
-                    .placement()
-                    .fill(idx.len() * rb, self.decodes(), |out| {
-                        store.gather_dense(idx, out)
-                    })
-            })
+            .detach(|| gather::dense(store, idx, placement))
             .py_err()?;
-        Ok(DLTensor::pooled(block, shape, schema.dtype))
-    }
-
-    /// Whether a gather decodes records rather than copying them.
-    fn decodes(&self) -> bool {
-        self.store.schema().codec != zrecord::Codec::Raw
+        Ok(DLTensor::pooled(block, shape, store.schema().dtype))
     }
 }
 
@@ -169,7 +153,7 @@ impl PyStore {
         &self,
         py: Python<'_>,
         idx: &Bound<'_, PyAny>,
-        allocator: PyRef<'_, NativeAllocator>,
+        allocator: PyRef<'_, PyPlacement>,
     ) -> PyResult<DLTensor> {
         let idx = positions(idx)?;
         let mut shape = vec![idx.len() as i64];
@@ -182,7 +166,7 @@ impl PyStore {
         &self,
         py: Python<'_>,
         pos: u64,
-        allocator: PyRef<'_, NativeAllocator>,
+        allocator: PyRef<'_, PyPlacement>,
     ) -> PyResult<DLTensor> {
         let shape = self
             .store
@@ -199,20 +183,13 @@ impl PyStore {
         &self,
         py: Python<'_>,
         idx: &Bound<'_, PyAny>,
-        allocator: PyRef<'_, NativeAllocator>,
+        allocator: PyRef<'_, PyPlacement>,
     ) -> PyResult<(DLTensor, DLTensor, DLTensor)> {
         let idx = positions(idx)?;
         let store = &self.store;
         let placement = allocator.placement();
-        let decodes = self.decodes();
         let (block, layout) = py
-            .detach(|| {
-                let layout = store.ragged_layout(&idx)?;
-                let block = placement.fill(layout.total, decodes, |out| {
-                    store.gather_ragged(&idx, &layout, out)
-                })?;
-                Ok((block, layout))
-            })
+            .detach(|| gather::ragged(store, &idx, placement))
             .py_err()?;
         let block = Arc::new(Memory::Pooled(block));
         let dtype = self.store.schema().dtype;
@@ -232,7 +209,7 @@ impl PyStore {
     /// Checks every record's checksum and decoding.
     fn verify(&self, py: Python<'_>) -> PyResult<()> {
         let store = &self.store;
-        py.detach(|| store.verify()).py_err()
+        py.detach(|| gather::verify(store)).py_err()
     }
 
     /// The `zstd_dict` dictionary, or None.
@@ -337,7 +314,9 @@ impl PyWriter {
         release_source: bool,
     ) -> PyResult<()> {
         let bytes = host_bytes(data)?;
-        self.with(py, |w| w.append_dense(n, bytes, source(release_source)))
+        self.with(py, |w| {
+            w.append_dense(n, bytes, source(release_source), &THREADS)
+        })
     }
 
     /// Appends a packed ragged batch given as three host arrays.
@@ -355,7 +334,9 @@ impl PyWriter {
             cu_seqlens: typed::<i32>(host_bytes(cu_seqlens)?, "cu_seqlens")?,
             shapes: typed::<u64>(host_bytes(shapes)?, "shapes")?,
         };
-        self.with(py, |w| w.append_ragged(&view, source(release_source)))
+        self.with(py, |w| {
+            w.append_ragged(&view, source(release_source), &THREADS)
+        })
     }
 
     fn __len__(&self) -> usize {
@@ -422,7 +403,7 @@ pub fn train_dictionary<'py>(
         ));
     }
     let dict = py
-        .detach(|| zrecord::codec::train_dictionary(bytes, &sizes, max_size))
+        .detach(|| zrecord::train_dictionary(bytes, &sizes, max_size))
         .py_err()?;
     Ok(PyBytes::new(py, &dict))
 }
@@ -430,13 +411,21 @@ pub fn train_dictionary<'py>(
 /// A hidden sibling path of `dest` to build a directory in before publishing it.
 #[pyfunction]
 pub fn temp_sibling(dest: PathBuf) -> PyResult<PathBuf> {
-    zrecord::writer::temp_sibling(&dest).py_err()
+    zrecord::temp_sibling(&dest).py_err()
 }
 
 /// Publishes the finished directory `tmp` as `dest` the way a store is published:
 /// fsync, rename that never replaces an existing `dest`, fsync of the parent.
 #[pyfunction]
 pub fn publish_dir(py: Python<'_>, tmp: PathBuf, dest: PathBuf) -> PyResult<()> {
-    py.detach(|| zrecord::writer::publish_dir(&tmp, &dest))
-        .py_err()
+    py.detach(|| zrecord::publish_dir(&tmp, &dest)).py_err()
+}
+
+/// The exception for a position outside `0..len`, worded as the core words it.
+#[pyfunction]
+pub fn out_of_range(index: &Bound<'_, PyAny>, len: u64) -> PyResult<PyErr> {
+    let shown = index.str()?.to_string();
+    Ok(crate::errors::out_of_range(zrecord::out_of_range_message(
+        shown, len,
+    )))
 }

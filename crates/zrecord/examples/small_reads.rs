@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use io_uring::{opcode, types, IoUring};
 use memmap2::Mmap;
-use zrecord::format::{self, Entry, Header, ENTRY_FIXED};
+use zrecord::{data_file, Entry, Header, ENTRY_FIXED, HEADER_FILE, INDEX_FILE};
 
 const BATCH: usize = 256;
 const ROUNDS: usize = 5;
@@ -34,12 +34,12 @@ struct Store {
 }
 
 fn open(dir: &Path) -> Result<Store, Fail> {
-    let hp = dir.join(format::HEADER_FILE);
+    let hp = dir.join(HEADER_FILE);
     let header = Header::decode(&std::fs::read(&hp)?, &hp)?;
     if header.schema.codec != zrecord::Codec::Raw {
         return Err("the store must use the raw codec".into());
     }
-    let index = std::fs::read(dir.join(format::INDEX_FILE))?;
+    let index = std::fs::read(dir.join(INDEX_FILE))?;
     let entries = index
         .chunks_exact(header.schema.entry_size())
         .map(|raw| Entry::decode(&raw[..ENTRY_FIXED]))
@@ -48,7 +48,7 @@ fn open(dir: &Path) -> Result<Store, Fail> {
         return Err("the store has no records".into());
     }
     let files = (0..header.shard_sizes.len())
-        .map(|s| File::open(dir.join(format::data_file(s))))
+        .map(|s| File::open(dir.join(data_file(s))))
         .collect::<Result<Vec<_>, _>>()?;
     // SAFETY: a published store is immutable.
     let maps = files

@@ -5,7 +5,7 @@
 //! keeps a small pool of them: one per thread that is working at the same moment.
 //! A dictionary is digested once and shared by every context.
 
-use std::sync::Mutex;
+use crate::recycle::Recycler;
 
 use zstd::zstd_safe::{self, CCtx, CDict, DCtx, DDict};
 
@@ -14,15 +14,23 @@ use crate::error::{Error, Result};
 /// zstd level of the `zstd` and `zstd_dict` codecs.
 pub const ZSTD_LEVEL: i32 = 3;
 
+/// How each record is stored. The discriminant is the on-disk code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Codec {
+    /// The bytes as they are.
     Raw = 0,
+    /// One independent zstd frame per record, at [`ZSTD_LEVEL`].
     Zstd = 1,
+    /// The same against a dictionary stored once in the store.
     ZstdDict = 2,
 }
 
+/// Every codec, in on-disk code order.
+pub const ALL_CODECS: [Codec; 3] = [Codec::Raw, Codec::Zstd, Codec::ZstdDict];
+
 impl Codec {
+    /// The codec of an on-disk code; `None` for codes this version does not know.
     pub fn from_code(code: u8) -> Option<Codec> {
         match code {
             0 => Some(Codec::Raw),
@@ -32,6 +40,7 @@ impl Codec {
         }
     }
 
+    /// The name callers select the codec by.
     pub fn name(self) -> &'static str {
         match self {
             Codec::Raw => "raw",
@@ -40,6 +49,7 @@ impl Codec {
         }
     }
 
+    /// The inverse of [`Codec::name`].
     pub fn from_name(name: &str) -> Option<Codec> {
         [Codec::Raw, Codec::Zstd, Codec::ZstdDict]
             .into_iter()
@@ -49,12 +59,14 @@ impl Codec {
     /// Checks that a dictionary is given exactly when the codec needs one.
     pub fn check_dict(self, dict: Option<&[u8]>) -> Result<()> {
         match (self, dict) {
-            (Codec::ZstdDict, None) => Err(Error::Invalid(
-                "codec 'zstd_dict' needs dict_bytes (train one with loaderx.utils.train_dict)"
+            (Codec::ZstdDict, None) => Err(Error::InvalidArgument(
+                "codec 'zstd_dict' needs dict_bytes; train one with loaderx.utils.train_dict"
                     .into(),
             )),
-            (Codec::ZstdDict, Some([])) => Err(Error::Invalid("dict_bytes is empty".into())),
-            (Codec::Raw | Codec::Zstd, Some(_)) => Err(Error::Invalid(format!(
+            (Codec::ZstdDict, Some([])) => {
+                Err(Error::InvalidArgument("dict_bytes is empty".into()))
+            }
+            (Codec::Raw | Codec::Zstd, Some(_)) => Err(Error::InvalidArgument(format!(
                 "dict_bytes is only used by codec 'zstd_dict', not '{}'",
                 self.name()
             ))),
@@ -67,25 +79,10 @@ fn zstd_error(code: zstd_safe::ErrorCode) -> String {
     zstd_safe::get_error_name(code).to_string()
 }
 
-/// A pool of reusable values, one handed out per concurrent user.
-struct Pool<T>(Mutex<Vec<T>>);
-
-impl<T> Pool<T> {
-    fn new() -> Self {
-        Pool(Mutex::new(Vec::new()))
-    }
-    fn take(&self) -> Option<T> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).pop()
-    }
-    fn put(&self, v: T) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(v);
-    }
-}
-
 pub struct Encoder {
     codec: Codec,
     cdict: Option<CDict<'static>>,
-    contexts: Pool<CCtx<'static>>,
+    contexts: Recycler<CCtx<'static>>,
 }
 
 impl Encoder {
@@ -94,7 +91,7 @@ impl Encoder {
         Ok(Encoder {
             codec,
             cdict: dict.map(|d| CDict::create(d, ZSTD_LEVEL)),
-            contexts: Pool::new(),
+            contexts: Recycler::new(),
         })
     }
 
@@ -117,14 +114,14 @@ impl Encoder {
         };
         dst.truncate(start + *res.as_ref().unwrap_or(&0));
         self.contexts.put(cctx);
-        res.map_err(|c| Error::Invalid(format!("zstd compression failed: {}", zstd_error(c))))
+        res.map_err(|c| Error::Internal(format!("zstd compression failed: {}", zstd_error(c))))
     }
 }
 
 pub struct Decoder {
     codec: Codec,
     ddict: Option<DDict<'static>>,
-    contexts: Pool<DCtx<'static>>,
+    contexts: Recycler<DCtx<'static>>,
 }
 
 /// A decoder context held for a run of records by one thread.
@@ -139,12 +136,8 @@ impl Decoder {
         Ok(Decoder {
             codec,
             ddict: dict.map(DDict::create),
-            contexts: Pool::new(),
+            contexts: Recycler::new(),
         })
-    }
-
-    pub fn codec(&self) -> Codec {
-        self.codec
     }
 
     pub fn session(&self) -> DecodeSession<'_> {
@@ -202,7 +195,7 @@ impl Drop for DecodeSession<'_> {
 /// Trains a zstd dictionary from samples laid end to end in `data`.
 pub fn train_dictionary(data: &[u8], sizes: &[usize], max_size: usize) -> Result<Vec<u8>> {
     zstd::dict::from_continuous(data, sizes, max_size)
-        .map_err(|e| Error::Invalid(format!("dictionary training failed: {e}")))
+        .map_err(|e| Error::InvalidArgument(format!("dictionary training failed: {e}")))
 }
 
 #[cfg(test)]

@@ -4,32 +4,52 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum DType {
+    /// `bool`, one byte.
     Bool = 1,
+    /// `int8`.
     I8 = 2,
+    /// `int16`.
     I16 = 3,
+    /// `int32`.
     I32 = 4,
+    /// `int64`.
     I64 = 5,
+    /// `uint8`.
     U8 = 6,
+    /// `uint16`.
     U16 = 7,
+    /// `uint32`.
     U32 = 8,
+    /// `uint64`.
     U64 = 9,
+    /// IEEE `float16`.
     F16 = 10,
+    /// `float32`.
     F32 = 11,
+    /// `float64`.
     F64 = 12,
+    /// `complex64` (two `float32`).
     C64 = 13,
+    /// `complex128` (two `float64`).
     C128 = 14,
 }
 
 /// DLPack `DLDataTypeCode` values.
 pub mod dl_code {
+    /// Signed integers.
     pub const INT: u8 = 0;
+    /// Unsigned integers.
     pub const UINT: u8 = 1;
+    /// IEEE floating point.
     pub const FLOAT: u8 = 2;
+    /// Complex floating point.
     pub const COMPLEX: u8 = 5;
+    /// Booleans.
     pub const BOOL: u8 = 6;
 }
 
-const ALL: [DType; 14] = [
+/// Every element type, in on-disk code order.
+pub const ALL_DTYPES: [DType; 14] = [
     DType::Bool,
     DType::I8,
     DType::I16,
@@ -47,8 +67,9 @@ const ALL: [DType; 14] = [
 ];
 
 impl DType {
+    /// The type of an on-disk code; `None` for codes this version does not know.
     pub fn from_code(code: u8) -> Option<DType> {
-        ALL.iter().copied().find(|d| *d as u8 == code)
+        ALL_DTYPES.iter().copied().find(|d| *d as u8 == code)
     }
 
     /// NumPy's name for the type (`np.dtype(name)` round-trips).
@@ -71,10 +92,12 @@ impl DType {
         }
     }
 
+    /// The inverse of [`DType::name`].
     pub fn from_name(name: &str) -> Option<DType> {
-        ALL.iter().copied().find(|d| d.name() == name)
+        ALL_DTYPES.iter().copied().find(|d| d.name() == name)
     }
 
+    /// Bytes per element.
     pub fn itemsize(self) -> usize {
         match self {
             DType::Bool | DType::I8 | DType::U8 => 1,
@@ -97,8 +120,12 @@ impl DType {
         (code, (self.itemsize() * 8) as u8)
     }
 
+    /// The type DLPack describes with this type code and bit width, if a store can hold it.
     pub fn from_dlpack(code: u8, bits: u8) -> Option<DType> {
-        ALL.iter().copied().find(|d| d.dlpack() == (code, bits))
+        ALL_DTYPES
+            .iter()
+            .copied()
+            .find(|d| d.dlpack() == (code, bits))
     }
 }
 
@@ -108,7 +135,7 @@ mod tests {
 
     #[test]
     fn codes_names_and_dlpack_round_trip() {
-        for d in ALL {
+        for d in ALL_DTYPES {
             assert_eq!(DType::from_code(d as u8), Some(d));
             assert_eq!(DType::from_name(d.name()), Some(d));
             let (c, b) = d.dlpack();

@@ -12,11 +12,20 @@ use crate::codec::Codec;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
+/// The first bytes of every `header.bin`.
 pub const MAGIC: [u8; 8] = *b"ZRECORD\0";
+/// The format version this crate writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
+/// The header's file name inside a store directory.
 pub const HEADER_FILE: &str = "header.bin";
+/// The index's file name.
 pub const INDEX_FILE: &str = "index.bin";
+/// The dictionary's file name (`zstd_dict` stores only).
 pub const DICT_FILE: &str = "dict.bin";
+/// Payload files of a store when the creator does not choose.
+pub const DEFAULT_DATA_SHARDS: u8 = 4;
+/// Most payload files a store may have (the count is one byte on disk).
+pub const MAX_DATA_SHARDS: u8 = u8::MAX;
 /// Largest stored or logical size of one record.
 pub const MAX_RECORD_BYTES: u64 = 1 << 31;
 /// Largest number of dimensions of a record.
@@ -25,30 +34,40 @@ pub const MAX_NDIM: usize = 32;
 /// bytes, xxh3-64 of the stored bytes. Ragged entries append the shape.
 pub const ENTRY_FIXED: usize = 24;
 
+/// The file name of payload file number `shard`.
 pub fn data_file(shard: usize) -> String {
     format!("data-{shard:03}.bin")
 }
 
+/// The two record geometries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Kind {
+    /// Every record has the schema's item shape.
     Dense = 0,
+    /// Every record has its own shape of the schema's `ndim`, kept in the index.
     Ragged = 1,
 }
 
 /// The schema fixed at create time.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Schema {
+    /// Dense or Ragged.
     pub kind: Kind,
+    /// The element type of every record.
     pub dtype: DType,
     /// Dense: the item shape. Ragged: empty (only `ndim` matters).
     pub item_shape: Vec<u64>,
+    /// Dimensions of every record.
     pub ndim: usize,
+    /// How records are stored.
     pub codec: Codec,
+    /// Payload files the records are spread over.
     pub data_shards: u8,
 }
 
 impl Schema {
+    /// A Dense schema, checked.
     pub fn dense(dtype: DType, item_shape: &[u64], codec: Codec, data_shards: u8) -> Result<Self> {
         let s = Schema {
             kind: Kind::Dense,
@@ -62,6 +81,7 @@ impl Schema {
         Ok(s)
     }
 
+    /// A Ragged schema, checked.
     pub fn ragged(dtype: DType, ndim: usize, codec: Codec, data_shards: u8) -> Result<Self> {
         let s = Schema {
             kind: Kind::Ragged,
@@ -77,22 +97,22 @@ impl Schema {
 
     fn validate(&self) -> Result<()> {
         if self.data_shards == 0 {
-            return Err(Error::Invalid(
-                "data_shards must be in 1..255, got 0".into(),
-            ));
+            return Err(Error::InvalidArgument(format!(
+                "data_shards must be in 1..{MAX_DATA_SHARDS}, got 0"
+            )));
         }
         if self.ndim > MAX_NDIM {
-            return Err(Error::Invalid(format!(
+            return Err(Error::InvalidArgument(format!(
                 "at most {MAX_NDIM} dimensions are supported, got {}",
                 self.ndim
             )));
         }
         match self.kind {
-            Kind::Ragged if self.ndim == 0 => Err(Error::Invalid(
+            Kind::Ragged if self.ndim == 0 => Err(Error::InvalidArgument(
                 "Ragged needs ndim >= 1; scalar records have a fixed shape: use Dense with item_shape=()"
                     .into(),
             )),
-            Kind::Dense if self.record_bytes().is_none() => Err(Error::Invalid(format!(
+            Kind::Dense if self.record_bytes().is_none() => Err(Error::InvalidArgument(format!(
                 "item_shape {:?} of {} makes a record larger than the 2 GiB limit",
                 self.item_shape,
                 self.dtype.name()
@@ -110,6 +130,7 @@ impl Schema {
         (n <= MAX_RECORD_BYTES).then_some(n)
     }
 
+    /// Bytes of one index entry: the fixed part, plus the shape for Ragged.
     pub fn entry_size(&self) -> usize {
         match self.kind {
             Kind::Dense => ENTRY_FIXED,
@@ -121,12 +142,19 @@ impl Schema {
 /// Everything `header.bin` holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Header {
+    /// The schema fixed at create time.
     pub schema: Schema,
+    /// Records in the store.
     pub record_count: u64,
+    /// Bytes of `index.bin`.
     pub index_size: u64,
+    /// xxh3-64 of `index.bin`.
     pub index_xxh3: u64,
+    /// Bytes of `dict.bin`; 0 without a dictionary.
     pub dict_size: u64,
+    /// xxh3-64 of `dict.bin`; 0 without a dictionary.
     pub dict_xxh3: u64,
+    /// Bytes of each payload file, in file order.
     pub shard_sizes: Vec<u64>,
 }
 
@@ -155,6 +183,7 @@ impl<'a> Cursor<'a> {
 }
 
 impl Header {
+    /// The bytes of `header.bin`, checksum included.
     pub fn encode(&self) -> Vec<u8> {
         let s = &self.schema;
         let mut b = Vec::with_capacity(96 + 8 * (s.item_shape.len() + s.data_shards as usize));
@@ -269,13 +298,18 @@ impl Header {
 /// One record's index entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Entry {
+    /// Where the stored bytes start in their payload file.
     pub offset: u64,
+    /// Stored (possibly compressed) bytes.
     pub stored_len: u32,
+    /// The payload file holding the record.
     pub shard: u8,
+    /// xxh3-64 of the stored bytes.
     pub checksum: u64,
 }
 
 impl Entry {
+    /// Appends the fixed part of the entry's bytes to `out`.
     pub fn encode_into(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.offset.to_le_bytes());
         out.extend_from_slice(&self.stored_len.to_le_bytes());

@@ -1,25 +1,33 @@
-//! zrecord: immutable, typed, ordered record containers.
+//! zrecord: immutable, typed, ordered record containers on disk.
 //!
-//! A [`writer::Writer`] appends records in order and publishes one directory
-//! atomically; a [`reader::Store`] gathers any positions into caller-provided
-//! memory in parallel. This crate knows nothing of Python.
+//! A [`Writer`] appends records in order and publishes one directory atomically;
+//! an opened [`Store`] resolves any positions to their records and decodes them
+//! into memory the caller provides. `docs/FORMAT.md` describes every byte.
+//!
+//! This crate is the format and nothing else: it knows nothing of threads (a
+//! caller that wants parallel gathers passes a [`Parallel`]), memory pools,
+//! devices or Python.
 
-pub mod codec;
-pub mod device;
-pub mod dtype;
-pub mod error;
-pub mod format;
-pub mod placement;
-pub mod pool;
-pub mod ragged;
-pub mod reader;
-pub mod sampler;
-pub mod threads;
-pub mod writer;
+#![deny(missing_docs)]
 
-pub use codec::Codec;
-pub use dtype::DType;
-pub use error::{Error, Result};
-pub use format::{Kind, Schema};
+mod codec;
+mod dtype;
+mod error;
+mod format;
+mod parallel;
+mod ragged;
+mod reader;
+mod recycle;
+mod writer;
+
+pub use codec::{train_dictionary, Codec, ALL_CODECS, ZSTD_LEVEL};
+pub use dtype::{dl_code, DType, ALL_DTYPES};
+pub use error::{out_of_range_message, Error, Result};
+pub use format::{
+    data_file, Entry, Header, Kind, Schema, DEFAULT_DATA_SHARDS, DICT_FILE, ENTRY_FIXED,
+    FORMAT_VERSION, HEADER_FILE, INDEX_FILE, MAGIC, MAX_DATA_SHARDS, MAX_NDIM, MAX_RECORD_BYTES,
+};
+pub use parallel::{Parallel, Sequential};
+pub use ragged::{align_up, element_count, record_spans, RaggedLayout, RaggedView, ALIGN};
 pub use reader::Store;
-pub use writer::{Source, Writer};
+pub use writer::{publish_dir, temp_sibling, Source, Writer, CHUNK_BYTES};

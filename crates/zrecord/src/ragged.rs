@@ -7,8 +7,11 @@ use crate::error::{Error, Result};
 
 /// Borrowed packed batch, as handed to `Writer::append_ragged`.
 pub struct RaggedView<'a> {
+    /// Every record's elements, laid end to end.
     pub values: &'a [u8],
+    /// `n + 1` element offsets: record `i` is elements `cu_seqlens[i]..cu_seqlens[i + 1]`.
     pub cu_seqlens: &'a [i32],
+    /// `n x ndim` dimensions, row by row.
     pub shapes: &'a [u64],
 }
 
@@ -18,10 +21,12 @@ pub fn element_count(shape: &[u64]) -> Option<u64> {
 }
 
 impl RaggedView<'_> {
+    /// Records in the batch.
     pub fn len(&self) -> usize {
         self.cu_seqlens.len().saturating_sub(1)
     }
 
+    /// Whether the batch holds no record.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -30,18 +35,18 @@ impl RaggedView<'_> {
     pub fn check(&self, itemsize: usize, ndim: usize) -> Result<()> {
         let cu = self.cu_seqlens;
         let Some(&first) = cu.first() else {
-            return Err(Error::Invalid(
+            return Err(Error::InvalidArgument(
                 "cu_seqlens must hold n + 1 offsets; it is empty".into(),
             ));
         };
         if first != 0 {
-            return Err(Error::Invalid(format!(
+            return Err(Error::InvalidArgument(format!(
                 "cu_seqlens must start at 0, got {first}"
             )));
         }
         let n = self.len();
         if Some(self.shapes.len()) != n.checked_mul(ndim) {
-            return Err(Error::Invalid(format!(
+            return Err(Error::InvalidArgument(format!(
                 "shapes must be ({n}, {ndim}) for {n} records of ndim {ndim}, got {} values",
                 self.shapes.len()
             )));
@@ -49,14 +54,14 @@ impl RaggedView<'_> {
         for i in 0..n {
             let (a, b) = (cu[i], cu[i + 1]);
             if b < a {
-                return Err(Error::Invalid(format!(
+                return Err(Error::InvalidArgument(format!(
                     "cu_seqlens decreases at record {i}: {a} then {b}"
                 )));
             }
             let shape = &self.shapes[i * ndim..(i + 1) * ndim];
             let count = element_count(shape);
             if count != Some((b - a) as u64) {
-                return Err(Error::Invalid(format!(
+                return Err(Error::InvalidArgument(format!(
                     "record {i} has shape {shape:?} but cu_seqlens gives it {} elements",
                     b - a
                 )));
@@ -64,7 +69,7 @@ impl RaggedView<'_> {
         }
         let last = cu[n] as usize;
         if last.checked_mul(itemsize) != Some(self.values.len()) {
-            return Err(Error::Invalid(format!(
+            return Err(Error::InvalidArgument(format!(
                 "values holds {} elements but cu_seqlens ends at {last}",
                 self.values.len() / itemsize.max(1)
             )));
@@ -73,29 +78,67 @@ impl RaggedView<'_> {
     }
 }
 
+/// Where each record of a packed batch starts in its values (in bytes) and its
+/// shape, from the batch's `cu_seqlens` and `n x ndim` `shapes`.
+pub fn record_spans<'a>(
+    cu_seqlens: &[i32],
+    shapes: &'a [u64],
+    ndim: usize,
+    itemsize: usize,
+) -> Result<Vec<(usize, &'a [u64])>> {
+    if ndim == 0 {
+        return Err(Error::InvalidArgument(
+            "shapes must be (n, ndim) with ndim >= 1".into(),
+        ));
+    }
+    shapes
+        .chunks_exact(ndim)
+        .zip(cu_seqlens.windows(2))
+        .map(|(shape, w)| {
+            usize::try_from(w[0])
+                .ok()
+                .and_then(|start| start.checked_mul(itemsize))
+                .map(|at| (at, shape))
+                .ok_or_else(|| {
+                    Error::InvalidArgument(format!("cu_seqlens offset {} is out of range", w[0]))
+                })
+        })
+        .collect()
+}
+
 /// Byte layout of a gathered batch inside its one allocation: values first, then
 /// cu_seqlens, then shapes, each starting on a 64-byte boundary.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RaggedLayout {
+    /// Records in the batch.
     pub records: usize,
+    /// Dimensions of each record.
     pub ndim: usize,
+    /// Elements of all records together.
     pub elements: usize,
+    /// Bytes of the values.
     pub values_bytes: usize,
+    /// Where `cu_seqlens` starts (aligned).
     pub cu_offset: usize,
+    /// Where the shapes start (aligned).
     pub shapes_offset: usize,
+    /// Bytes of the whole region.
     pub total: usize,
 }
 
+/// Alignment of every gathered output and of each part of a Ragged batch in it.
 pub const ALIGN: usize = 64;
 
+/// `n` rounded up to a multiple of [`ALIGN`].
 pub fn align_up(n: usize) -> usize {
     n.div_ceil(ALIGN) * ALIGN
 }
 
 impl RaggedLayout {
+    /// The layout of `records` records of `ndim` dimensions holding `elements` elements of `itemsize` bytes; an error when int32 `cu_seqlens` cannot address them.
     pub fn new(records: usize, ndim: usize, elements: usize, itemsize: usize) -> Result<Self> {
         if elements > i32::MAX as usize {
-            return Err(Error::Invalid(format!(
+            return Err(Error::InvalidArgument(format!(
                 "the batch holds {elements} elements, more than int32 cu_seqlens can address \
                  ({}); gather fewer records at once",
                 i32::MAX

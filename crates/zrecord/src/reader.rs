@@ -11,16 +11,8 @@ use xxhash_rust::xxh3::xxh3_64;
 use crate::codec::Decoder;
 use crate::error::{Error, IoContext, Result};
 use crate::format::{self, le_u64, Entry, Header, Kind, Schema, ENTRY_FIXED, MAX_RECORD_BYTES};
+use crate::parallel::{run_parts, Parallel};
 use crate::ragged::{element_count, RaggedLayout};
-use crate::threads;
-
-/// Logical bytes each part of a raw gather must have before the gather is split
-/// across threads: below this a hand-off costs more than it saves. On the 2-core
-/// development machine, 0.5 MiB token batches split in two parts gathered at
-/// 1.6-2.0x a NumPy memmap gather, against 0.8-0.9x on one thread.
-const MIN_PART_BYTES: usize = 128 << 10;
-/// The same for compressed records, whose decoding costs far more per byte.
-const MIN_PART_BYTES_COMPRESSED: usize = 16 << 10;
 
 /// Raw records at least this large are read with `pread` instead of copied from
 /// the memory map. The system call costs little against the copy at this size, and
@@ -63,6 +55,7 @@ impl Shard {
     }
 }
 
+/// An opened, read-only store.
 pub struct Store {
     path: PathBuf,
     header: Header,
@@ -100,9 +93,10 @@ fn map_file(path: &Path, expected: u64, what: &str) -> Result<(File, Option<Mmap
 }
 
 impl Store {
+    /// Opens the store at `path` and checks its header, index and files against each other.
     pub fn open(path: &Path) -> Result<Store> {
         if cfg!(target_endian = "big") {
-            return Err(Error::Invalid(
+            return Err(Error::InvalidArgument(
                 "zrecord stores are little-endian; this host is big-endian".into(),
             ));
         }
@@ -174,7 +168,7 @@ impl Store {
         let isz = schema.dtype.itemsize() as u64;
         for i in 0..self.len() {
             let e = self.entry(i);
-            let bad = |msg: String| Err(Error::corrupt(ip, format!("record {i}: {msg}")));
+            let bad = |msg: String| Err(Error::corrupt_record(ip, i, msg));
             let Some(shard) = self.shards.get(e.shard as usize) else {
                 return bad(format!("shard {} does not exist", e.shard));
             };
@@ -200,22 +194,27 @@ impl Store {
         Ok(())
     }
 
+    /// Where the store was opened.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// The store's schema.
     pub fn schema(&self) -> &Schema {
         &self.header.schema
     }
 
+    /// Everything `header.bin` holds.
     pub fn header(&self) -> &Header {
         &self.header
     }
 
+    /// Records in the store.
     pub fn len(&self) -> u64 {
         self.header.record_count
     }
 
+    /// Whether the store holds no record.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -235,6 +234,7 @@ impl Store {
         &self.index.as_deref().unwrap_or(&[])[at..at + self.entry_size]
     }
 
+    /// The index entry of record `i`, which must be below [`Store::len`].
     #[inline]
     pub fn entry(&self, i: u64) -> Entry {
         Entry::decode(self.entry_bytes(i))
@@ -246,6 +246,7 @@ impl Store {
         &self.entry_bytes(i)[ENTRY_FIXED..]
     }
 
+    /// The shape of Ragged record `i`, which must be below [`Store::len`].
     pub fn shape(&self, i: u64) -> Vec<u64> {
         self.shape_of(i)
             .chunks_exact(8)
@@ -328,37 +329,31 @@ impl Store {
         if self.is_direct(dst.len()) {
             let shard = &self.shards[e.shard as usize];
             if e.stored_len as usize != dst.len() {
-                return Err(Error::corrupt(
-                    &shard.path,
-                    format!("record {pos}: bad stored length"),
-                ));
+                return Err(Error::corrupt_record(&shard.path, pos, "bad stored length"));
             }
             return shard.file.read_exact_at(dst, e.offset).at(&shard.path);
         }
-        session.decode(self.stored(e), dst).map_err(|msg| {
-            Error::corrupt(
-                &self.shards[e.shard as usize].path,
-                format!("record {pos}: {msg}"),
-            )
-        })
+        session
+            .decode(self.stored(e), dst)
+            .map_err(|msg| Error::corrupt_record(&self.shards[e.shard as usize].path, pos, msg))
     }
 
-    fn min_part_bytes(&self) -> usize {
-        match self.header.schema.codec {
-            crate::codec::Codec::Raw => MIN_PART_BYTES,
-            _ => MIN_PART_BYTES_COMPRESSED,
-        }
+    /// Whether a gather decodes records rather than copying them.
+    pub fn decodes(&self) -> bool {
+        self.header.schema.codec != crate::codec::Codec::Raw
     }
 
     /// Fills `out` with the Dense records at `idx`, in order.
-    pub fn gather_dense(&self, idx: &[u64], out: &mut [u8]) -> Result<()> {
+    pub fn gather_dense(&self, idx: &[u64], out: &mut [u8], par: &dyn Parallel) -> Result<()> {
         let schema = &self.header.schema;
         if schema.kind != Kind::Dense {
-            return Err(Error::Invalid("gather_dense on a Ragged store".into()));
+            return Err(Error::InvalidArgument(
+                "gather_dense on a Ragged store".into(),
+            ));
         }
         let rb = schema.record_bytes().unwrap_or(0) as usize;
         if out.len() != idx.len() * rb {
-            return Err(Error::Invalid(format!(
+            return Err(Error::InvalidArgument(format!(
                 "output holds {} bytes, {} records need {}",
                 out.len(),
                 idx.len(),
@@ -369,10 +364,10 @@ impl Store {
         if rb == 0 || idx.is_empty() {
             return Ok(());
         }
-        let parts = threads::part_count(out.len(), self.min_part_bytes());
+        let parts = par.parts(out.len(), self.decodes()).max(1);
         let per = idx.len().div_ceil(parts);
         let tasks: Vec<_> = idx.chunks(per).zip(out.chunks_mut(per * rb)).collect();
-        threads::run_parts(tasks, |(ids, dst)| {
+        run_parts(par, tasks, |(ids, dst)| {
             self.fill(ids, &self.resolve(ids), dst.chunks_exact_mut(rb))
         })
     }
@@ -381,7 +376,9 @@ impl Store {
     pub fn ragged_layout(&self, idx: &[u64]) -> Result<RaggedLayout> {
         let schema = &self.header.schema;
         if schema.kind != Kind::Ragged {
-            return Err(Error::Invalid("a Ragged gather on a Dense store".into()));
+            return Err(Error::InvalidArgument(
+                "a Ragged gather on a Dense store".into(),
+            ));
         }
         self.check_positions(idx)?;
         let isz = schema.dtype.itemsize() as u64;
@@ -405,9 +402,15 @@ impl Store {
     }
 
     /// Fills `out` (exactly `layout.total` bytes) with the Ragged records at `idx`.
-    pub fn gather_ragged(&self, idx: &[u64], layout: &RaggedLayout, out: &mut [u8]) -> Result<()> {
+    pub fn gather_ragged(
+        &self,
+        idx: &[u64],
+        layout: &RaggedLayout,
+        out: &mut [u8],
+        par: &dyn Parallel,
+    ) -> Result<()> {
         if out.len() != layout.total || layout.records != idx.len() {
-            return Err(Error::Invalid(
+            return Err(Error::InvalidArgument(
                 "output does not match the ragged layout".into(),
             ));
         }
@@ -428,7 +431,7 @@ impl Store {
         }
         let values = &mut values[..layout.values_bytes];
         // Split the records into parts of roughly equal bytes.
-        let parts = threads::part_count(layout.values_bytes, self.min_part_bytes());
+        let parts = par.parts(layout.values_bytes, self.decodes()).max(1);
         let target = layout.values_bytes.div_ceil(parts).max(1);
         let mut tasks = Vec::with_capacity(parts);
         let mut rest = values;
@@ -444,7 +447,7 @@ impl Store {
             tasks.push((start..end, dst));
             start = end;
         }
-        threads::run_parts(tasks, |(range, dst)| {
+        run_parts(par, tasks, |(range, dst)| {
             let mut rest = dst;
             let slots = sizes[range.clone()].iter().map(move |&n| {
                 let (slot, tail) = std::mem::take(&mut rest).split_at_mut(n);
@@ -457,23 +460,24 @@ impl Store {
 
     /// Reads every record, checks its stored bytes against the index checksum and
     /// decodes it; the first damaged record is reported with its file.
-    pub fn verify(&self) -> Result<()> {
+    pub fn verify(&self, par: &dyn Parallel) -> Result<()> {
         let n = self.len();
-        let parts = threads::parallelism().max(1) as u64;
+        let parts = par.parts(usize::MAX, true).max(1) as u64;
         let per = n.div_ceil(parts).max(1);
         let ranges: Vec<_> = (0..parts)
             .map(|k| k * per..((k + 1) * per).min(n))
             .collect();
-        threads::run_parts(ranges, |range| {
+        run_parts(par, ranges, |range| {
             let mut session = self.decoder.session();
             let mut scratch = Vec::new();
             for i in range {
                 let e = self.entry(i);
                 let stored = self.stored(&e);
                 if xxh3_64(stored) != e.checksum {
-                    return Err(Error::corrupt(
+                    return Err(Error::corrupt_record(
                         &self.shards[e.shard as usize].path,
-                        format!("record {i}: checksum mismatch (the payload is damaged)"),
+                        i,
+                        "checksum mismatch (the payload is damaged)",
                     ));
                 }
                 let logical = match self.header.schema.kind {

@@ -11,15 +11,15 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use crate::codec::{Codec, Encoder};
 use crate::error::{Error, IoContext, Result};
 use crate::format::{self, Entry, Header, Kind, Schema, MAX_RECORD_BYTES};
+use crate::parallel::{run_parts, Parallel};
 use crate::ragged::RaggedView;
-use crate::threads;
+use crate::recycle::Recycler;
 
 /// Logical bytes one shard task handles per round.
 pub const CHUNK_BYTES: usize = 4 << 20;
@@ -43,6 +43,7 @@ impl ShardFile {
     }
 }
 
+/// An append-only builder of one store; [`Writer::finish`] publishes it.
 pub struct Writer {
     dest: PathBuf,
     tmp: PathBuf,
@@ -57,7 +58,7 @@ pub struct Writer {
     index_size: u64,
     count: u64,
     next_shard: usize,
-    scratch: Mutex<Vec<Vec<u8>>>,
+    scratch: Recycler<Vec<u8>>,
     /// Set when an append failed half way: the files no longer describe a prefix
     /// of the input, so nothing more may be written or published.
     poisoned: Option<String>,
@@ -77,9 +78,9 @@ pub enum Source {
 
 /// A hidden sibling of `dest` to build it in: `.NAME.tmp-PID-XXXXXXXX`.
 pub fn temp_sibling(dest: &Path) -> Result<PathBuf> {
-    let name = dest
-        .file_name()
-        .ok_or_else(|| Error::Invalid(format!("{}: not a valid store path", dest.display())))?;
+    let name = dest.file_name().ok_or_else(|| {
+        Error::InvalidArgument(format!("{}: not a valid store path", dest.display()))
+    })?;
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
@@ -115,8 +116,9 @@ fn rename_no_replace(from: &Path, to: &Path) -> Result<()> {
         use std::ffi::CString;
         use std::os::unix::ffi::OsStrExt;
         let c = |p: &Path| {
-            CString::new(p.as_os_str().as_bytes())
-                .map_err(|_| Error::Invalid(format!("{}: path contains a NUL byte", p.display())))
+            CString::new(p.as_os_str().as_bytes()).map_err(|_| {
+                Error::InvalidArgument(format!("{}: path contains a NUL byte", p.display()))
+            })
         };
         let (a, b) = (c(from)?, c(to)?);
         // SAFETY: both are valid NUL-terminated paths; AT_FDCWD resolves them
@@ -254,27 +256,30 @@ impl Writer {
             index_size: 0,
             count: 0,
             next_shard: 0,
-            scratch: Mutex::new(Vec::new()),
+            scratch: Recycler::new(),
             poisoned: None,
             done: false,
         })
     }
 
+    /// The schema of the store being built.
     pub fn schema(&self) -> &Schema {
         &self.schema
     }
 
+    /// Records appended so far.
     pub fn len(&self) -> u64 {
         self.count
     }
 
+    /// Whether nothing has been appended yet.
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }
 
     fn check_usable(&self) -> Result<()> {
         match &self.poisoned {
-            Some(why) => Err(Error::Invalid(format!(
+            Some(why) => Err(Error::InvalidArgument(format!(
                 "this writer can no longer be used: an earlier append failed ({why})"
             ))),
             None => Ok(()),
@@ -282,26 +287,41 @@ impl Writer {
     }
 
     /// Appends `n` Dense records laid end to end in `data`.
-    pub fn append_dense(&mut self, n: usize, data: &[u8], source: Source) -> Result<()> {
+    pub fn append_dense(
+        &mut self,
+        n: usize,
+        data: &[u8],
+        source: Source,
+        par: &dyn Parallel,
+    ) -> Result<()> {
         self.check_usable()?;
         if self.schema.kind != Kind::Dense {
-            return Err(Error::Invalid("append_dense on a Ragged writer".into()));
+            return Err(Error::InvalidArgument(
+                "append_dense on a Ragged writer".into(),
+            ));
         }
         let rb = self.schema.record_bytes().unwrap_or(0) as usize;
         if n.checked_mul(rb) != Some(data.len()) {
-            return Err(Error::Invalid(format!(
+            return Err(Error::InvalidArgument(format!(
                 "{} bytes are not {n} records of {rb} bytes",
                 data.len()
             )));
         }
-        self.append_records(n, data, |i| i * rb..(i + 1) * rb, None, source)
+        self.append_records(n, data, |i| i * rb..(i + 1) * rb, None, source, par)
     }
 
     /// Appends a packed ragged batch.
-    pub fn append_ragged(&mut self, batch: &RaggedView<'_>, source: Source) -> Result<()> {
+    pub fn append_ragged(
+        &mut self,
+        batch: &RaggedView<'_>,
+        source: Source,
+        par: &dyn Parallel,
+    ) -> Result<()> {
         self.check_usable()?;
         if self.schema.kind != Kind::Ragged {
-            return Err(Error::Invalid("append_ragged on a Dense writer".into()));
+            return Err(Error::InvalidArgument(
+                "append_ragged on a Dense writer".into(),
+            ));
         }
         batch.check(self.schema.dtype.itemsize(), self.schema.ndim)?;
         let isz = self.schema.dtype.itemsize();
@@ -312,6 +332,7 @@ impl Writer {
             |i| cu[i] as usize * isz..cu[i + 1] as usize * isz,
             Some(batch.shapes),
             source,
+            par,
         )
     }
 
@@ -322,6 +343,7 @@ impl Writer {
         range: F,
         shapes: Option<&[u64]>,
         source: Source,
+        par: &dyn Parallel,
     ) -> Result<()>
     where
         F: Fn(usize) -> Range<usize> + Sync,
@@ -329,12 +351,12 @@ impl Writer {
         for i in 0..n {
             let len = range(i).len() as u64;
             if len > MAX_RECORD_BYTES {
-                return Err(Error::Invalid(format!(
+                return Err(Error::InvalidArgument(format!(
                     "record {i} holds {len} bytes, over the 2 GiB limit of one record"
                 )));
             }
         }
-        let r = self.write_rounds(n, data, &range, shapes, source);
+        let r = self.write_rounds(n, data, &range, shapes, source, par);
         if let Err(e) = &r {
             self.poisoned = Some(e.to_string());
         }
@@ -348,6 +370,7 @@ impl Writer {
         range: &F,
         shapes: Option<&[u64]>,
         source: Source,
+        par: &dyn Parallel,
     ) -> Result<()>
     where
         F: Fn(usize) -> Range<usize> + Sync,
@@ -390,7 +413,7 @@ impl Writer {
             }
             let encoder = &self.encoder;
             let scratch = &self.scratch;
-            threads::run_parts(tasks, |(sid, shard, chunk, out)| {
+            run_parts(par, tasks, |(sid, shard, chunk, out)| {
                 write_chunk(encoder, scratch, sid as u8, shard, data, range, chunk, out)
             })?;
             for (chunk, out) in chunks.iter().zip(&entries) {
@@ -470,7 +493,7 @@ impl Drop for Writer {
 #[allow(clippy::too_many_arguments)]
 fn write_chunk<F>(
     encoder: &Encoder,
-    scratch: &Mutex<Vec<Vec<u8>>>,
+    scratch: &Recycler<Vec<u8>>,
     sid: u8,
     shard: &mut ShardFile,
     data: &[u8],
@@ -498,18 +521,14 @@ where
         let all = range(chunk.start).start..range(chunk.end - 1).end;
         return shard.append(&data[all]);
     }
-    let mut buf = scratch
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .pop()
-        .unwrap_or_default();
+    let mut buf = scratch.take().unwrap_or_default();
     buf.clear();
     let result = (|| {
         for rec in chunk {
             let at = buf.len();
             let n = encoder.encode(&data[range(rec)], &mut buf)?;
             if n as u64 > u32::MAX as u64 {
-                return Err(Error::Invalid(format!(
+                return Err(Error::InvalidArgument(format!(
                     "record {rec} does not fit the index when compressed"
                 )));
             }
@@ -523,7 +542,7 @@ where
         shard.append(&buf)
     })();
     if buf.capacity() <= 2 * CHUNK_BYTES + (64 << 10) {
-        scratch.lock().unwrap_or_else(|e| e.into_inner()).push(buf);
+        scratch.put(buf);
     }
     result
 }

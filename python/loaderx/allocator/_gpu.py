@@ -5,7 +5,7 @@ from __future__ import annotations
 from .. import _native
 from .._schema import check_int
 from . import _runtime
-from ._pooled import DEFAULT_IDLE_LIMIT, PooledAllocator
+from ._pooled import DEFAULT_IDLE_LIMIT, PooledAllocator, check_idle_limit
 
 
 class GpuAllocator(PooledAllocator):
@@ -14,9 +14,9 @@ class GpuAllocator(PooledAllocator):
 
     def __init__(self, device: int = 0, *, idle_limit: int = DEFAULT_IDLE_LIMIT) -> None:
         device = check_int(device, "device", 0, 2**31 - 1)
-        idle_limit = check_int(idle_limit, "idle_limit", 0, 2**63 - 1)
+        idle_limit = check_idle_limit(idle_limit)
         library = _runtime.find(self._spec)
-        super().__init__(_native.Allocator.device(self._api, library, device, idle_limit))
+        super().__init__(_native.Placement.device(self._api, library, device, idle_limit))
 
     @property
     def library(self) -> str:

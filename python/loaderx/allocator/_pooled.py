@@ -4,12 +4,18 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from .. import _native
 from .._schema import check_int
 from . import Allocation
 from . import Allocator as _Base
 
 # What a pool keeps of released regions before it frees them instead.
-DEFAULT_IDLE_LIMIT = 1 << 30
+DEFAULT_IDLE_LIMIT: int = _native.DEFAULT_IDLE_LIMIT
+
+
+def check_idle_limit(idle_limit: object) -> int:
+    """`idle_limit` as bytes a pool may keep idle: an integer the pool can count."""
+    return check_int(idle_limit, "idle_limit", 0, 2**63 - 1)
 
 
 class Stats(NamedTuple):

@@ -13,9 +13,17 @@
 //!   Feistel bijection (cycle walking over the smallest even-bit power-of-two
 //!   domain) to positions `j * batch + i` of that cycle.
 //!
-//! Nothing here panics on any argument: invalid arguments are [`Error::Invalid`].
+//! Nothing here panics on any argument: invalid arguments are an [`Error`].
 
-use crate::error::{Error, Result};
+#![deny(missing_docs)]
+
+/// An argument outside the sampler's contract; the message says which and why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Error(pub String);
+
+/// What every fallible function here returns.
+pub type Result<T> = std::result::Result<T, Error>;
 
 /// The SplitMix64 increment (the odd integer closest to 2^64 / golden ratio).
 pub const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -48,6 +56,7 @@ impl Mode {
         }
     }
 
+    /// The inverse of [`Mode::from_code`].
     pub fn code(self) -> u8 {
         match self {
             Mode::Sequential => 0,
@@ -56,6 +65,7 @@ impl Mode {
         }
     }
 
+    /// The name Python's `Sampler.Mode` uses.
     pub fn name(self) -> &'static str {
         match self {
             Mode::Sequential => "SEQUENTIAL",
@@ -111,7 +121,7 @@ impl Feistel {
     /// The permutation of cycle `cycle` for `seed`. `length` must be at least 1.
     pub fn new(length: u64, seed: u64, cycle: u64) -> Result<Feistel> {
         if length == 0 {
-            return Err(Error::Invalid("length must be at least 1".into()));
+            return Err(Error("length must be at least 1".into()));
         }
         let h = half_bits(length);
         let cycle_key =
@@ -128,17 +138,23 @@ impl Feistel {
         })
     }
 
-    /// One pass of the network over the `2^(2h)` domain (no cycle walking).
+    /// Every round of the network on one pair of halves; the only place the
+    /// round function is written.
     #[inline(always)]
-    fn round_trip(&self, x: u64) -> u64 {
-        let h = self.half_bits;
-        let mut left = (x >> h) as u32;
-        let mut right = (x as u32) & self.mask;
+    fn network(&self, mut left: u32, mut right: u32) -> (u32, u32) {
         for &k in &self.keys {
             let next = left ^ (mix32(right ^ k) & self.mask);
             left = right;
             right = next;
         }
+        (left, right)
+    }
+
+    /// One pass of the network over the `2^(2h)` domain (no cycle walking).
+    #[inline(always)]
+    fn round_trip(&self, x: u64) -> u64 {
+        let h = self.half_bits;
+        let (left, right) = self.network((x >> h) as u32, (x as u32) & self.mask);
         ((left as u64) << h) | right as u64
     }
 
@@ -160,16 +176,8 @@ impl Feistel {
     /// (the halves of the domain value `left << h | right`).
     #[inline(always)]
     fn rounds_all(&self, left: &mut [u32], right: &mut [u32]) {
-        let mask = self.mask;
         for (l, r) in left.iter_mut().zip(right.iter_mut()) {
-            let (mut a, mut b) = (*l, *r);
-            for &k in &self.keys {
-                let next = a ^ (mix32(b ^ k) & mask);
-                a = b;
-                b = next;
-            }
-            *l = a;
-            *r = b;
+            (*l, *r) = self.network(*l, *r);
         }
     }
 }
@@ -208,19 +216,20 @@ pub struct Sampler {
 }
 
 impl Sampler {
+    /// Checks the arguments once so that [`Sampler::fill`] only computes.
     pub fn new(mode: Mode, length: u64, batch: usize, seed: u64) -> Result<Sampler> {
         if length == 0 {
-            return Err(Error::Invalid("length must be at least 1".into()));
+            return Err(Error("length must be at least 1".into()));
         }
         if batch == 0 {
-            return Err(Error::Invalid("batch_size must be at least 1".into()));
+            return Err(Error("batch_size must be at least 1".into()));
         }
-        let b64 = u64::try_from(batch)
-            .map_err(|_| Error::Invalid("batch_size does not fit in 64 bits".into()))?;
+        let b64 =
+            u64::try_from(batch).map_err(|_| Error("batch_size does not fit in 64 bits".into()))?;
         let per_cycle = match mode {
             Mode::Cyclic => {
                 if b64 > length {
-                    return Err(Error::Invalid(format!(
+                    return Err(Error(format!(
                         "batch_size ({batch}) must not exceed length ({length}) in CYCLIC mode: \
                          a cycle would contain no full batch"
                     )));
@@ -238,15 +247,19 @@ impl Sampler {
         })
     }
 
+    /// How batches are drawn.
     pub fn mode(&self) -> Mode {
         self.mode
     }
+    /// Positions are drawn from `[0, length)`.
     pub fn length(&self) -> u64 {
         self.length
     }
+    /// Positions per batch.
     pub fn batch(&self) -> usize {
         self.batch
     }
+    /// The key of the IID stream and of every CYCLIC permutation.
     pub fn seed(&self) -> u64 {
         self.seed
     }
@@ -254,7 +267,7 @@ impl Sampler {
     /// Writes the batch of `step` into `out`, which must hold exactly `batch` items.
     pub fn fill(&self, step: u64, out: &mut [u64]) -> Result<()> {
         if out.len() != self.batch {
-            return Err(Error::Invalid(format!(
+            return Err(Error(format!(
                 "output holds {} items, the batch size is {}",
                 out.len(),
                 self.batch
@@ -552,25 +565,16 @@ mod tests {
 
     #[test]
     fn invalid_arguments_are_errors() {
-        assert!(matches!(
-            Sampler::new(Mode::Iid, 0, 1, 0),
-            Err(Error::Invalid(_))
-        ));
-        assert!(matches!(
-            Sampler::new(Mode::Iid, 1, 0, 0),
-            Err(Error::Invalid(_))
-        ));
-        assert!(matches!(
-            Sampler::new(Mode::Cyclic, 3, 4, 0),
-            Err(Error::Invalid(_))
-        ));
+        assert!(matches!(Sampler::new(Mode::Iid, 0, 1, 0), Err(Error(_))));
+        assert!(matches!(Sampler::new(Mode::Iid, 1, 0, 0), Err(Error(_))));
+        assert!(matches!(Sampler::new(Mode::Cyclic, 3, 4, 0), Err(Error(_))));
         assert!(Sampler::new(Mode::Sequential, 3, 4, 0).is_ok());
         let s = Sampler::new(Mode::Iid, 10, 4, 0).expect("s");
         let mut short = [0u64; 3];
-        assert!(matches!(s.fill(0, &mut short), Err(Error::Invalid(_))));
+        assert!(matches!(s.fill(0, &mut short), Err(Error(_))));
         assert!(matches!(
             fill(Mode::Cyclic, 0, 1, 0, 0, &mut [0]),
-            Err(Error::Invalid(_))
+            Err(Error(_))
         ));
         assert!(Feistel::new(0, 0, 0).is_err());
         assert_eq!(Mode::from_code(3), None);

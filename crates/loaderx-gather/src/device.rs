@@ -15,16 +15,20 @@ use libloading::Library;
 use crate::error::{Error, Result};
 use crate::pool::Backing;
 
-/// DLPack device types.
+/// DLPack's device type of CUDA device memory.
 pub const DL_CUDA: i32 = 2;
+/// DLPack's device type of HIP (ROCm) device and managed memory.
 pub const DL_ROCM: i32 = 10;
 
 const MEMCPY_HOST_TO_DEVICE: c_int = 1;
 const MEM_ATTACH_GLOBAL: c_uint = 1;
 
+/// The GPU runtime family a library belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Api {
+    /// NVIDIA's CUDA runtime (`libcudart`).
     Cuda,
+    /// AMD's HIP runtime (`libamdhip64`), the runtime of ROCm.
     Hip,
 }
 
@@ -46,6 +50,28 @@ impl Api {
         }
     }
 
+    /// The runtime family called `name` (`"cuda"` or `"hip"`).
+    pub fn from_name(name: &str) -> Result<Api> {
+        match name {
+            "cuda" => Ok(Api::Cuda),
+            "hip" => Ok(Api::Hip),
+            other => Err(Error::invalid(format!(
+                "unknown GPU runtime {other:?}; expected \"cuda\" or \"hip\""
+            ))),
+        }
+    }
+
+    /// The memory a placement on this runtime hands out: CUDA outputs are device
+    /// memory filled through pinned staging; HIP outputs are managed memory the
+    /// host writes in place, which AMD's integrated and discrete GPUs both map.
+    pub fn output_memory(self) -> DeviceKind {
+        match self {
+            Api::Cuda => DeviceKind::Device,
+            Api::Hip => DeviceKind::Managed,
+        }
+    }
+
+    /// The DLPack device type of this runtime's memory.
     pub fn dl_device_type(self) -> i32 {
         match self {
             Api::Cuda => DL_CUDA,
@@ -85,7 +111,7 @@ fn bind<T: Copy>(lib: &Library, api: Api, name: &str, path: &str) -> Result<T> {
     let symbol = api.symbol(name);
     // SAFETY: every symbol is bound with the signature the runtime documents for it.
     let f = unsafe { lib.get::<T>(symbol.as_bytes()) }.map_err(|e| {
-        Error::Runtime(format!(
+        Error::Device(format!(
             "{path} is not a usable {} runtime: {symbol}: {e}",
             api.prefix().to_uppercase()
         ))
@@ -94,12 +120,13 @@ fn bind<T: Copy>(lib: &Library, api: Api, name: &str, path: &str) -> Result<T> {
 }
 
 impl Runtime {
+    /// Loads the runtime library at `path` and binds the entry points a placement uses.
     pub fn load(api: Api, path: &Path) -> Result<Arc<Runtime>> {
         let shown = path.display().to_string();
         // SAFETY: loading a GPU runtime runs its initialisers, which is what using
         // it means; the caller chose the library.
         let lib = unsafe { Library::new(path) }
-            .map_err(|e| Error::Runtime(format!("cannot load {shown}: {e}")))?;
+            .map_err(|e| Error::Device(format!("cannot load {shown}: {e}")))?;
         Ok(Arc::new(Runtime {
             api,
             malloc: bind(&lib, api, "Malloc", &shown)?,
@@ -117,6 +144,12 @@ impl Runtime {
         }))
     }
 
+    /// The runtime family of the library.
+    pub fn api(&self) -> Api {
+        self.api
+    }
+
+    /// The library that was loaded, for messages.
     pub fn path(&self) -> &str {
         &self.path
     }
@@ -135,12 +168,13 @@ impl Runtime {
                 .to_string_lossy()
                 .into_owned()
         };
-        Err(Error::Runtime(format!(
+        Err(Error::Device(format!(
             "{what} failed: {msg} (error {code} from {})",
             self.path
         )))
     }
 
+    /// Devices the runtime reports.
     pub fn device_count(&self) -> Result<usize> {
         let mut n: c_int = 0;
         // SAFETY: `n` is a valid out-pointer.
@@ -186,7 +220,7 @@ impl Runtime {
             let mut p: *mut c_void = std::ptr::null_mut();
             self.check(call(&mut p), &format!("allocating {cap} bytes of {what}"))?;
             NonNull::new(p.cast::<u8>())
-                .ok_or_else(|| Error::Runtime(format!("{} returned no {what}", self.path)))
+                .ok_or_else(|| Error::Device(format!("{} returned no {what}", self.path)))
         })
     }
 

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
+use zrecord::{Error, Parallel, Result};
 
 /// How long an idle helper keeps looking for the next job before it parks.
 const SPIN: Duration = Duration::from_micros(50);
@@ -40,6 +40,34 @@ pub fn parallelism() -> usize {
 pub fn part_count(units: usize, min_units_per_part: usize) -> usize {
     let by_size = units / min_units_per_part.max(1);
     by_size.clamp(1, parallelism())
+}
+
+/// Output bytes each part of a raw gather must have before the gather is split
+/// across threads: below this a hand-off costs more than the copy it shares.
+const MIN_PART_BYTES: usize = 128 << 10;
+/// The same for compressed records, whose decoding costs far more per byte.
+const MIN_PART_BYTES_DECODED: usize = 16 << 10;
+
+/// The engine's threads, as the format crate's [`Parallel`].
+#[derive(Clone, Copy, Debug)]
+pub struct Threads;
+
+/// The one handle to this process's helper threads.
+pub static THREADS: Threads = Threads;
+
+impl Parallel for Threads {
+    fn parts(&self, bytes: usize, decodes: bool) -> usize {
+        let min = if decodes {
+            MIN_PART_BYTES_DECODED
+        } else {
+            MIN_PART_BYTES
+        };
+        part_count(bytes, min)
+    }
+
+    fn run(&self, n: usize, task: &(dyn Fn(usize) -> Result<()> + Sync)) -> Result<()> {
+        run_parts((0..n).collect(), task)
+    }
 }
 
 /// A published job: a claim loop that any thread may run, and how many helpers
@@ -167,7 +195,7 @@ where
             continue;
         };
         let outcome = catch_unwind(AssertUnwindSafe(|| work(part)))
-            .unwrap_or_else(|_| Err(Error::Invalid("internal error: a worker panicked".into())));
+            .unwrap_or_else(|_| Err(Error::Internal("a worker panicked".into())));
         if let Err(e) = outcome {
             lock(&failure).get_or_insert(e);
         }
@@ -227,12 +255,12 @@ mod tests {
         assert_eq!(hits.load(Ordering::Relaxed), 37);
         let r = run_parts((0..8).collect(), |i: i32| {
             if i == 5 {
-                Err(Error::Invalid("five".into()))
+                Err(Error::InvalidArgument("five".into()))
             } else {
                 Ok(())
             }
         });
-        assert!(matches!(r, Err(Error::Invalid(m)) if m == "five"));
+        assert!(matches!(r, Err(Error::InvalidArgument(m)) if m == "five"));
     }
 
     #[test]
@@ -268,6 +296,6 @@ mod tests {
             }
             Ok(())
         });
-        assert!(matches!(r, Err(Error::Invalid(m)) if m.contains("panicked")));
+        assert!(matches!(r, Err(Error::Internal(m)) if m.contains("panicked")));
     }
 }

@@ -17,6 +17,7 @@ struct Stage {
     decoded_only: bool,
 }
 
+/// Where a gather's outputs live, and how decoded bytes reach them.
 pub struct Placement {
     out: Arc<Pool>,
     stage: Option<Stage>,
@@ -36,15 +37,11 @@ impl Placement {
     /// staging and the runtime's copy. Managed memory is written directly by raw
     /// gathers; decoded records go through host scratch first, because a decoder
     /// reads back what it wrote and host reads of device-resident pages are slow.
-    pub fn device(
-        runtime: Arc<Runtime>,
-        device: i32,
-        kind: DeviceKind,
-        idle_limit: usize,
-    ) -> Result<Placement> {
+    pub fn device(runtime: Arc<Runtime>, device: i32, idle_limit: usize) -> Result<Placement> {
+        let kind = runtime.api().output_memory();
         let count = runtime.device_count()?;
         if device < 0 || device as usize >= count {
-            return Err(Error::Invalid(format!(
+            return Err(Error::invalid(format!(
                 "device {device} does not exist: {} reports {count} device(s)",
                 runtime.path()
             )));

@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
 
-pub const ALIGN: usize = 64;
+use zrecord::ALIGN;
+
 /// DLPack's device type of ordinary host memory.
 pub const DL_CPU: i32 = 1;
 
@@ -37,10 +38,10 @@ pub struct HostMemory;
 impl Backing for HostMemory {
     fn alloc(&self, cap: usize) -> Result<NonNull<u8>> {
         let lay =
-            layout(cap).ok_or_else(|| Error::Invalid(format!("cannot allocate {cap} bytes")))?;
+            layout(cap).ok_or_else(|| Error::invalid(format!("cannot allocate {cap} bytes")))?;
         // SAFETY: `lay` has non-zero size (every size class is >= ALIGN).
         NonNull::new(unsafe { alloc(lay) })
-            .ok_or_else(|| Error::Invalid(format!("out of memory allocating {cap} bytes")))
+            .ok_or(Error::Store(zrecord::Error::OutOfMemory { bytes: cap }))
     }
 
     fn free(&self, ptr: NonNull<u8>, cap: usize) {
@@ -75,6 +76,7 @@ struct State {
     closed: bool,
 }
 
+/// Regions of one backing, reused by size class; shared by every block it handed out.
 pub struct Pool {
     state: Mutex<State>,
     idle_limit: usize,
@@ -84,8 +86,11 @@ pub struct Pool {
 /// Usage figures of a pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PoolStats {
+    /// Blocks handed out and not yet dropped.
     pub live: usize,
+    /// Bytes of those blocks' regions.
     pub live_bytes: usize,
+    /// Bytes of released regions kept for reuse.
     pub idle_bytes: usize,
 }
 
@@ -114,6 +119,7 @@ impl Pool {
         Pool::new(Box::new(HostMemory), idle_limit)
     }
 
+    /// A pool of `backing`'s regions that keeps at most `idle_limit` released bytes.
     pub fn new(backing: Box<dyn Backing>, idle_limit: usize) -> Arc<Pool> {
         Arc::new(Pool {
             state: Mutex::new(State::default()),
@@ -122,10 +128,12 @@ impl Pool {
         })
     }
 
+    /// The DLPack `(device type, device id)` of the regions.
     pub fn device(&self) -> (i32, i32) {
         self.backing.device()
     }
 
+    /// Whether this process may read and write the regions.
     pub fn host_accessible(&self) -> bool {
         self.backing.host_accessible()
     }
@@ -137,10 +145,10 @@ impl Pool {
     /// A region of at least `len` bytes, exclusively the caller's until dropped.
     pub fn acquire(self: &Arc<Self>, len: usize) -> Result<Block> {
         let cap = size_class(len)
-            .ok_or_else(|| Error::Invalid(format!("cannot allocate {len} bytes: too large")))?;
+            .ok_or_else(|| Error::invalid(format!("cannot allocate {len} bytes: too large")))?;
         let mut st = self.lock();
         if st.closed {
-            return Err(Error::Invalid("the allocator is closed".into()));
+            return Err(Error::invalid("the allocator is closed"));
         }
         // The smallest idle region of this class or up to half as large again:
         // batches of variable-size records rarely repeat a class exactly, and a
@@ -199,10 +207,12 @@ impl Pool {
         }
     }
 
+    /// Whether [`Pool::close`] was called.
     pub fn is_closed(&self) -> bool {
         self.lock().closed
     }
 
+    /// Live and idle counts, for tests and tuning.
     pub fn stats(&self) -> PoolStats {
         let st = self.lock();
         PoolStats {
@@ -237,28 +247,30 @@ unsafe impl Send for Block {}
 unsafe impl Sync for Block {}
 
 impl Block {
+    /// Bytes the block was asked for (its region may be larger).
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether the block holds no byte.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// The region's address (a device address for device memory).
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
 
+    /// The pool the region returns to.
     pub fn pool(&self) -> &Arc<Pool> {
         &self.pool
     }
 
-    /// The region's bytes; `Error::Invalid` when this process cannot address them.
+    /// The region's bytes; an invalid-argument error when this process cannot address them.
     pub fn as_mut_slice(&mut self) -> Result<&mut [u8]> {
         if !self.pool.host_accessible() {
-            return Err(Error::Invalid(
-                "this memory is not addressable by the host".into(),
-            ));
+            return Err(Error::invalid("this memory is not addressable by the host"));
         }
         // SAFETY: the region holds at least `len` bytes, the backing says the CPU
         // may access it, and `&mut self` is unique.
@@ -306,7 +318,9 @@ mod tests {
         let pool = Pool::host(DEFAULT_IDLE_LIMIT);
         drop(pool.acquire(1 << 20).unwrap()); // an idle region, so the range search runs
         for len in [usize::MAX, 11 << 60] {
-            assert!(matches!(pool.acquire(len), Err(Error::Invalid(m)) if m.contains("too large")));
+            assert!(
+                matches!(pool.acquire(len), Err(Error::Store(zrecord::Error::InvalidArgument(m))) if m.contains("too large"))
+            );
         }
     }
 

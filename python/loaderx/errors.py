@@ -1,0 +1,87 @@
+"""The exceptions loaderx raises.
+
+Every class derives from :class:`LoaderxError` and from the standard exception
+that describes the same kind of failure, so ``except LoaderxError`` catches
+everything loaderx raises on purpose while ``except ValueError``,
+``except IndexError`` or ``except OSError`` keep working as usual.
+
+======================== ====================== =====================================
+class                    also a                 raised when
+======================== ====================== =====================================
+``InvalidArgumentError`` ``ValueError``         an argument breaks the contract
+``OutOfRangeError``      ``IndexError``         a position is outside ``0..len-1``
+``StoreNotFoundError``   ``FileNotFoundError``  nothing is at the path to open
+``StoreExistsError``     ``FileExistsError``    the path to create already exists
+``ZrecordError``         ``ValueError``         a store is damaged or of an unknown
+                                                format (``path``, ``record`` say where)
+``StorageError``         ``OSError``            the operating system refused a read or
+                                                write (``errno``, ``filename``)
+``OutOfMemoryError``     ``MemoryError``        an output or scratch allocation failed
+``DeviceError``          ``RuntimeError``       a GPU runtime failed to load or call
+``InternalError``        ``RuntimeError``       a bug in loaderx; please report it
+======================== ====================== =====================================
+
+Type and argument-kind mistakes (passing a list where an integer is wanted) stay
+plain ``TypeError``.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = [
+    "DeviceError",
+    "InternalError",
+    "InvalidArgumentError",
+    "LoaderxError",
+    "OutOfMemoryError",
+    "OutOfRangeError",
+    "StorageError",
+    "StoreExistsError",
+    "StoreNotFoundError",
+    "ZrecordError",
+]
+
+
+class LoaderxError(Exception):
+    """Base class of every exception loaderx raises on purpose."""
+
+
+class InvalidArgumentError(LoaderxError, ValueError):
+    """An argument's value breaks the contract; the message names it."""
+
+
+class OutOfRangeError(LoaderxError, IndexError):
+    """A record position outside ``0..len-1``."""
+
+
+class StoreNotFoundError(LoaderxError, FileNotFoundError):
+    """No store (or no file a store needs) at the given path."""
+
+
+class StoreExistsError(LoaderxError, FileExistsError):
+    """The destination of a new store already exists; stores are never replaced."""
+
+
+class ZrecordError(LoaderxError, ValueError):
+    """A store on disk is damaged, incomplete, or of a format this version does
+    not read. ``path`` names the file and ``record`` the record (or ``None``)."""
+
+    path: os.PathLike[str] | str | None = None
+    record: int | None = None
+
+
+class StorageError(LoaderxError, OSError):
+    """The operating system refused a read or write (disk full, permissions...)."""
+
+
+class OutOfMemoryError(LoaderxError, MemoryError):
+    """Memory for an output or a scratch buffer could not be allocated."""
+
+
+class DeviceError(LoaderxError, RuntimeError):
+    """A GPU runtime could not be loaded, or one of its calls failed."""
+
+
+class InternalError(LoaderxError, RuntimeError):
+    """A bug: an invariant of loaderx did not hold. Please report it."""
