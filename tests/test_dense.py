@@ -85,7 +85,7 @@ def test_record_counts_and_shards(tmp_path, rng, n, shards):
             assert np.array_equal(host(ds[idx]), data[idx])
     files = sorted(os.listdir(tmp_path / "s"))
     assert files == sorted(
-        ["header.bin", "index.bin"] + [f"data-{s:03d}.bin" for s in range(shards)]
+        ["header.bin", "index.bin", "index.sum"] + [f"data-{s:03d}.bin" for s in range(shards)]
     )
 
 

@@ -145,12 +145,18 @@ class _Reader:
         self._len = len(native)
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str]):
+    def open(cls, path: str | os.PathLike[str], *, checked: bool = False):
         """Opens a published store for reading. Raises FileNotFoundError when the
         path does not exist and ZrecordError when it is not an intact store of
-        this kind."""
+        this kind.
+
+        ``checked=True`` verifies every gathered record's stored bytes against the
+        checksum in its index entry, so that a damaged record is a ZrecordError
+        instead of data; without it only ``verify()`` reads the checksums."""
         p = _fspath(path)
-        native = _native.Store.open(p)
+        if not isinstance(checked, bool):
+            raise TypeError(f"checked must be a bool, got {type(checked).__name__}")
+        native = _native.Store.open(p, checked)
         if native.kind != cls._kind:
             raise ZrecordError(
                 f"{p}: is a {native.kind.capitalize()} store; open it with "
@@ -187,6 +193,22 @@ class _Reader:
     @property
     def codec(self) -> str:
         return self._store().codec
+
+    @property
+    def checked(self) -> bool:
+        """Whether gathers verify each record's checksum (``open(checked=True)``)."""
+        return bool(self._store().checked)
+
+    @property
+    def header_checksum(self) -> int:
+        """The checksum of the store's header. The header holds the checksums of
+        every other file, so this number identifies the store's exact contents."""
+        return int(self._store().header_checksum)
+
+    @property
+    def format_version(self) -> int:
+        """The on-disk format version the store was written with."""
+        return int(self._store().format_version)
 
     @property
     def data_shards(self) -> int:

@@ -4,32 +4,25 @@
 
 use zrecord::{RaggedLayout, Store};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::placement::Placement;
 use crate::pool::Block;
 use crate::threads::THREADS;
 
-/// The Dense records at `idx`, in order, in one block of `placement`.
-pub fn dense(store: &Store, idx: &[u64], placement: &Placement) -> Result<Block> {
-    let rb = store.schema().record_bytes().unwrap_or(0);
-    let len = u64::try_from(idx.len())
-        .ok()
-        .and_then(|n| n.checked_mul(rb))
-        .and_then(|n| usize::try_from(n).ok())
-        .ok_or_else(|| Error::invalid(format!("{} records do not fit in memory", idx.len())))?;
-    placement.fill(len, store.decodes(), |out| {
-        Ok(store.gather_dense(idx, out, &THREADS)?)
-    })
-}
-
-/// The Ragged records at `idx` as values, `cu_seqlens` and shapes in one block
-/// of `placement`, laid out as the returned layout says.
-pub fn ragged(store: &Store, idx: &[u64], placement: &Placement) -> Result<(Block, RaggedLayout)> {
-    let layout = store.ragged_layout(idx)?;
-    let block = placement.fill(layout.total, store.decodes(), |out| {
-        Ok(store.gather_ragged(idx, &layout, out, &THREADS)?)
+/// The records at `idx`, in order, in one block of `placement`: Dense records end
+/// to end, or a Ragged batch laid out as the returned layout says. Every record is
+/// resolved and checked before the block is allocated, so a damaged store cannot
+/// make a gather set aside memory its data does not need.
+pub fn records(
+    store: &Store,
+    idx: &[u64],
+    placement: &Placement,
+) -> Result<(Block, Option<RaggedLayout>)> {
+    let plan = store.plan(idx)?;
+    let block = placement.fill(plan.output_len(), store.decodes(), |out| {
+        Ok(store.gather(&plan, out, &THREADS)?)
     })?;
-    Ok((block, layout))
+    Ok((block, plan.layout().cloned()))
 }
 
 /// Checks every record of `store` against its checksum and decodes it, on all

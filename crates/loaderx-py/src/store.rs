@@ -10,7 +10,7 @@ use numpy::{PyArrayDescrMethods, PyReadonlyArray1, PyUntypedArray, PyUntypedArra
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use zrecord::{Codec, DType, Kind, RaggedView, Schema, Source, Store, Writer};
+use zrecord::{Codec, DType, Kind, RaggedView, ReadOptions, Schema, Source, Store, Writer};
 
 use crate::allocator::PyPlacement;
 use crate::dlpack::{typed, DLTensor, Memory};
@@ -88,9 +88,12 @@ impl PyStore {
         allocator: &PyPlacement,
     ) -> PyResult<DLTensor> {
         let store = &self.store;
+        if store.schema().kind != Kind::Dense {
+            return Err(PyTypeError::new_err("a Dense gather on a Ragged store"));
+        }
         let placement = allocator.placement();
-        let block = py
-            .detach(|| gather::dense(store, idx, placement))
+        let (block, _) = py
+            .detach(|| gather::records(store, idx, placement))
             .py_err()?;
         Ok(DLTensor::pooled(block, shape, store.schema().dtype))
     }
@@ -98,12 +101,40 @@ impl PyStore {
 
 #[pymethods]
 impl PyStore {
+    /// Opens the store at `path`; `checked` verifies each gathered record's
+    /// stored bytes against its checksum.
     #[staticmethod]
-    fn open(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
-        let store = py.detach(|| Store::open(&path)).py_err()?;
+    #[pyo3(signature = (path, checked=false))]
+    fn open(py: Python<'_>, path: PathBuf, checked: bool) -> PyResult<Self> {
+        let options = ReadOptions { checked };
+        let store = py.detach(|| Store::open_with(&path, options)).py_err()?;
         Ok(PyStore {
             store: Arc::new(store),
         })
+    }
+
+    /// The header's own checksum: it covers every other file's checksum, so it
+    /// identifies the store's exact contents.
+    #[getter]
+    fn header_checksum(&self) -> u64 {
+        self.store.header().checksum
+    }
+
+    /// The format version the store was written with.
+    #[getter]
+    fn format_version(&self) -> u32 {
+        self.store.header().version
+    }
+
+    /// Whether gathers verify each record's checksum.
+    #[getter]
+    fn checked(&self) -> bool {
+        self.store.options().checked
+    }
+
+    /// The stored attributes (JSON bytes), or None.
+    fn attrs<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
+        self.store.attrs().map(|a| PyBytes::new(py, a))
     }
 
     fn __len__(&self) -> usize {
@@ -189,8 +220,10 @@ impl PyStore {
         let store = &self.store;
         let placement = allocator.placement();
         let (block, layout) = py
-            .detach(|| gather::ragged(store, &idx, placement))
+            .detach(|| gather::records(store, &idx, placement))
             .py_err()?;
+        let layout =
+            layout.ok_or_else(|| PyTypeError::new_err("a Ragged gather on a Dense store"))?;
         let block = Arc::new(Memory::Pooled(block));
         let dtype = self.store.schema().dtype;
         let n = layout.records as i64;

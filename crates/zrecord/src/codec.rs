@@ -152,6 +152,21 @@ impl Decoder {
     }
 }
 
+/// Most bytes one byte of a zstd frame can decode to. A frame's blocks hold at
+/// most 128 KiB each, and the cheapest block (a run of one byte value) costs 4
+/// bytes, so no valid frame expands further. A frame that claims to is damaged,
+/// and is refused before any memory is set aside for it.
+pub const MAX_EXPANSION: u64 = (128 << 10) / 4;
+
+/// The content size a stored record's frame declares, or why it has none.
+pub fn declared_size(src: &[u8]) -> std::result::Result<u64, String> {
+    match zstd_safe::get_frame_content_size(src) {
+        Ok(Some(n)) => Ok(n),
+        Ok(None) => Err("zstd frame does not declare its content size".into()),
+        Err(_) => Err("not a zstd frame".into()),
+    }
+}
+
 impl DecodeSession<'_> {
     /// Decodes one stored record into `dst`, which must be exactly its logical
     /// size. Any other outcome is an error message for the caller to attach to

@@ -14,14 +14,31 @@ use crate::error::{Error, Result};
 
 /// The first bytes of every `header.bin`.
 pub const MAGIC: [u8; 8] = *b"ZRECORD\0";
-/// The format version this crate writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format version this crate writes. Version 1 stores (no index block sums,
+/// no attributes) are still read.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest format version this crate reads.
+pub const OLDEST_FORMAT_VERSION: u32 = 1;
+/// Largest `header.bin` a reader accepts. A real header is under 3 KiB (255 shard
+/// sizes and 32 dimensions at most); the cap keeps a damaged or hostile file from
+/// being read whole.
+pub const MAX_HEADER_BYTES: u64 = 64 << 10;
 /// The header's file name inside a store directory.
 pub const HEADER_FILE: &str = "header.bin";
 /// The index's file name.
 pub const INDEX_FILE: &str = "index.bin";
 /// The dictionary's file name (`zstd_dict` stores only).
 pub const DICT_FILE: &str = "dict.bin";
+/// The file of index block checksums (format version 2 on).
+pub const INDEX_SUMS_FILE: &str = "index.sum";
+/// The file of the store's attributes, a JSON object (when it has any).
+pub const ATTRS_FILE: &str = "attrs.json";
+/// Bytes of `index.bin` covered by each checksum in `index.sum`. A reader checks
+/// a block the first time it uses an entry in it, so opening a store costs the
+/// same whatever its record count.
+pub const INDEX_BLOCK_BYTES: usize = 64 << 10;
+/// Largest attributes file a store may carry.
+pub const MAX_ATTRS_BYTES: u64 = 1 << 20;
 /// Payload files of a store when the creator does not choose.
 pub const DEFAULT_DATA_SHARDS: u8 = 4;
 /// Most payload files a store may have (the count is one byte on disk).
@@ -156,6 +173,70 @@ pub struct Header {
     pub dict_xxh3: u64,
     /// Bytes of each payload file, in file order.
     pub shard_sizes: Vec<u64>,
+    /// The version the header was written with.
+    pub version: u32,
+    /// xxh3-64 of `index.sum`; 0 in version 1, which has no such file.
+    pub index_sums_xxh3: u64,
+    /// Bytes of `attrs.json`; 0 without attributes.
+    pub attrs_size: u64,
+    /// xxh3-64 of `attrs.json`; 0 without attributes.
+    pub attrs_xxh3: u64,
+    /// xxh3-64 of the header's own bytes: the store's identity, since it covers
+    /// every other file's checksum.
+    pub checksum: u64,
+}
+
+/// Bytes of `index.sum` for an index of `index_size` bytes.
+pub fn index_sums_size(index_size: u64) -> u64 {
+    index_size.div_ceil(INDEX_BLOCK_BYTES as u64) * 8
+}
+
+/// The checksums of each [`INDEX_BLOCK_BYTES`] block of an index, computed as
+/// the index is written.
+pub struct IndexSums {
+    block: xxhash_rust::xxh3::Xxh3,
+    filled: usize,
+    sums: Vec<u8>,
+}
+
+impl Default for IndexSums {
+    fn default() -> Self {
+        IndexSums {
+            block: xxhash_rust::xxh3::Xxh3::new(),
+            filled: 0,
+            sums: Vec::new(),
+        }
+    }
+}
+
+impl IndexSums {
+    /// Adds the next bytes of the index.
+    pub fn update(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let take = bytes.len().min(INDEX_BLOCK_BYTES - self.filled);
+            self.block.update(&bytes[..take]);
+            self.filled += take;
+            bytes = &bytes[take..];
+            if self.filled == INDEX_BLOCK_BYTES {
+                self.close_block();
+            }
+        }
+    }
+
+    fn close_block(&mut self) {
+        self.sums
+            .extend_from_slice(&self.block.digest().to_le_bytes());
+        self.block.reset();
+        self.filled = 0;
+    }
+
+    /// The bytes of `index.sum`.
+    pub fn finish(mut self) -> Vec<u8> {
+        if self.filled > 0 {
+            self.close_block();
+        }
+        self.sums
+    }
 }
 
 struct Cursor<'a> {
@@ -186,9 +267,9 @@ impl Header {
     /// The bytes of `header.bin`, checksum included.
     pub fn encode(&self) -> Vec<u8> {
         let s = &self.schema;
-        let mut b = Vec::with_capacity(96 + 8 * (s.item_shape.len() + s.data_shards as usize));
+        let mut b = Vec::with_capacity(120 + 8 * (s.item_shape.len() + s.data_shards as usize));
         b.extend_from_slice(&MAGIC);
-        b.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b.extend_from_slice(&self.version.to_le_bytes());
         b.push(s.kind as u8);
         b.push(s.dtype as u8);
         b.push(s.codec as u8);
@@ -200,6 +281,11 @@ impl Header {
         b.extend_from_slice(&self.index_xxh3.to_le_bytes());
         b.extend_from_slice(&self.dict_size.to_le_bytes());
         b.extend_from_slice(&self.dict_xxh3.to_le_bytes());
+        if self.version >= 2 {
+            b.extend_from_slice(&self.index_sums_xxh3.to_le_bytes());
+            b.extend_from_slice(&self.attrs_size.to_le_bytes());
+            b.extend_from_slice(&self.attrs_xxh3.to_le_bytes());
+        }
         for d in &s.item_shape {
             b.extend_from_slice(&d.to_le_bytes());
         }
@@ -224,9 +310,10 @@ impl Header {
         let mut c = Cursor { buf: body, pos: 8 };
         let short = || bad("header is truncated");
         let version = c.u32().ok_or_else(short)?;
-        if version != FORMAT_VERSION {
+        if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(bad(&format!(
-                "format version {version} is not supported (this reader reads version {FORMAT_VERSION})"
+                "format version {version} is not supported (this reader reads versions \
+                 {OLDEST_FORMAT_VERSION} to {FORMAT_VERSION})"
             )));
         }
         let stored_sum = u64::from_le_bytes(tail.try_into().map_err(|_| short())?);
@@ -252,6 +339,20 @@ impl Header {
         let index_xxh3 = c.u64().ok_or_else(short)?;
         let dict_size = c.u64().ok_or_else(short)?;
         let dict_xxh3 = c.u64().ok_or_else(short)?;
+        let (index_sums_xxh3, attrs_size, attrs_xxh3) = if version >= 2 {
+            (
+                c.u64().ok_or_else(short)?,
+                c.u64().ok_or_else(short)?,
+                c.u64().ok_or_else(short)?,
+            )
+        } else {
+            (0, 0, 0)
+        };
+        if attrs_size > MAX_ATTRS_BYTES {
+            return Err(bad(&format!(
+                "attributes of {attrs_size} bytes exceed the {MAX_ATTRS_BYTES}-byte limit"
+            )));
+        }
         if ndim > MAX_NDIM {
             return Err(bad(&format!("ndim {ndim} is out of range")));
         }
@@ -291,6 +392,11 @@ impl Header {
             dict_size,
             dict_xxh3,
             shard_sizes,
+            version,
+            index_sums_xxh3,
+            attrs_size,
+            attrs_xxh3,
+            checksum: stored_sum,
         })
     }
 }
@@ -349,6 +455,11 @@ mod tests {
             dict_size: 0,
             dict_xxh3: 0,
             shard_sizes: vec![1, 2, 3, 4],
+            version: FORMAT_VERSION,
+            index_sums_xxh3: 9,
+            attrs_size: 0,
+            attrs_xxh3: 0,
+            checksum: 0,
         }
     }
 
@@ -356,7 +467,15 @@ mod tests {
     fn header_round_trips() {
         let h = header();
         let b = h.encode();
-        assert_eq!(Header::decode(&b, Path::new("h")).unwrap(), h);
+        let back = Header::decode(&b, Path::new("h")).unwrap();
+        assert_eq!(back.checksum, xxh3_64(&b[..b.len() - 8]));
+        assert_eq!(
+            Header {
+                checksum: 0,
+                ..back
+            },
+            h
+        );
     }
 
     #[test]

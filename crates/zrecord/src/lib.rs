@@ -20,14 +20,16 @@ mod reader;
 mod recycle;
 mod writer;
 
-pub use codec::{train_dictionary, Codec, ALL_CODECS, ZSTD_LEVEL};
+pub use codec::{train_dictionary, Codec, ALL_CODECS, MAX_EXPANSION, ZSTD_LEVEL};
 pub use dtype::{dl_code, DType, ALL_DTYPES};
 pub use error::{out_of_range_message, Error, Result};
 pub use format::{
-    data_file, Entry, Header, Kind, Schema, DEFAULT_DATA_SHARDS, DICT_FILE, ENTRY_FIXED,
-    FORMAT_VERSION, HEADER_FILE, INDEX_FILE, MAGIC, MAX_DATA_SHARDS, MAX_NDIM, MAX_RECORD_BYTES,
+    data_file, index_sums_size, Entry, Header, IndexSums, Kind, Schema, ATTRS_FILE,
+    DEFAULT_DATA_SHARDS, DICT_FILE, ENTRY_FIXED, FORMAT_VERSION, HEADER_FILE, INDEX_BLOCK_BYTES,
+    INDEX_FILE, INDEX_SUMS_FILE, MAGIC, MAX_ATTRS_BYTES, MAX_DATA_SHARDS, MAX_HEADER_BYTES,
+    MAX_NDIM, MAX_RECORD_BYTES, OLDEST_FORMAT_VERSION,
 };
 pub use parallel::{Parallel, Sequential};
 pub use ragged::{align_up, element_count, record_spans, RaggedLayout, RaggedView, ALIGN};
-pub use reader::Store;
+pub use reader::{Plan, ReadOptions, Store};
 pub use writer::{publish_dir, temp_sibling, Source, Writer, CHUNK_BYTES};

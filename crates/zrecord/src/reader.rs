@@ -1,18 +1,31 @@
-//! An opened store: validated once at open, then gathered from without further
-//! checks on the hot path.
+//! An opened store. Opening checks what is cheap to check whatever the store's
+//! size: the header, every file's kind and size, the dictionary, the attributes,
+//! the table of index block checksums, and the whole index when it is small. A
+//! large index is checked block by block the first time a gather uses an entry in
+//! the block; every entry a gather uses is checked against the files and the
+//! schema. `verify` checks everything.
+//!
+//! Nothing read from disk is trusted for arithmetic: every offset, length and
+//! shape goes through checked operations, so a damaged or hostile store gives an
+//! error naming the file and record, never a panic or an out-of-bounds read.
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
+use std::io::Read;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use memmap2::Mmap;
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::codec::Decoder;
+use crate::codec::{declared_size, Codec, DecodeSession, Decoder, MAX_EXPANSION};
 use crate::error::{Error, IoContext, Result};
-use crate::format::{self, le_u64, Entry, Header, Kind, Schema, ENTRY_FIXED, MAX_RECORD_BYTES};
+use crate::format::{
+    self, le_u64, Entry, Header, Kind, Schema, ENTRY_FIXED, INDEX_BLOCK_BYTES, MAX_HEADER_BYTES,
+    MAX_RECORD_BYTES,
+};
 use crate::parallel::{run_parts, Parallel};
-use crate::ragged::{element_count, RaggedLayout};
+use crate::ragged::RaggedLayout;
 
 /// Raw records at least this large are read with `pread` instead of copied from
 /// the memory map. The system call costs little against the copy at this size, and
@@ -29,6 +42,10 @@ const PREFETCH_AHEAD: usize = 8;
 /// streams the rest of a longer record once its first lines arrive.
 const PREFETCH_HEAD_BYTES: usize = 256;
 
+/// Indexes up to this size are checked whole at open, which costs microseconds;
+/// larger ones block by block as gathers first use them.
+const EAGER_INDEX_BYTES: usize = 1 << 20;
+
 /// A hint to move the cache line holding `p` towards the core. It never faults,
 /// so any address is allowed.
 #[inline(always)]
@@ -42,16 +59,58 @@ fn prefetch(p: *const u8) {
     let _ = p;
 }
 
-struct Shard {
+/// One payload file (`data-NNN.bin`).
+struct DataFile {
     path: PathBuf,
     file: File,
     map: Option<Mmap>,
 }
 
-impl Shard {
+impl DataFile {
     #[inline]
     fn bytes(&self) -> &[u8] {
         self.map.as_deref().unwrap_or(&[])
+    }
+}
+
+/// How an opened store reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// Check every gathered record's stored bytes against the checksum in its
+    /// index entry before decoding it, so that damaged payload bytes are an error
+    /// rather than data. Costs one xxh3 pass over the stored bytes.
+    pub checked: bool,
+}
+
+/// Which index blocks have been checked against their checksums.
+struct IndexBlocks {
+    /// `index.sum`: one xxh3-64 per block. Empty for version 1 stores, whose
+    /// whole index is checked at open.
+    sums: Vec<u8>,
+    checked: Vec<AtomicU64>,
+}
+
+impl IndexBlocks {
+    fn all_checked(blocks: usize) -> IndexBlocks {
+        IndexBlocks {
+            sums: Vec::new(),
+            checked: (0..blocks.div_ceil(64))
+                .map(|_| AtomicU64::new(u64::MAX))
+                .collect(),
+        }
+    }
+
+    #[inline]
+    fn is_checked(&self, block: usize) -> bool {
+        self.checked
+            .get(block / 64)
+            .is_some_and(|w| w.load(Ordering::Relaxed) & (1 << (block % 64)) != 0)
+    }
+
+    fn mark(&self, block: usize) {
+        if let Some(w) = self.checked.get(block / 64) {
+            w.fetch_or(1 << (block % 64), Ordering::Relaxed);
+        }
     }
 }
 
@@ -60,21 +119,68 @@ pub struct Store {
     path: PathBuf,
     header: Header,
     index: Option<Mmap>,
+    index_path: PathBuf,
     entry_size: usize,
-    shards: Vec<Shard>,
+    files: Vec<DataFile>,
     decoder: Decoder,
     read_directly: bool,
+    blocks: IndexBlocks,
+    attrs: Option<Vec<u8>>,
+    options: ReadOptions,
 }
 
-fn map_file(path: &Path, expected: u64, what: &str) -> Result<(File, Option<Mmap>)> {
-    let file = match File::open(path) {
+/// The records of one gather, resolved and checked, with the output they need.
+/// Made by [`Store::plan`]; the output is allocated from
+/// [`Plan::output_len`] only after every record was found sound.
+pub struct Plan<'a> {
+    ids: &'a [u64],
+    entries: Vec<Entry>,
+    /// Logical bytes of each record.
+    sizes: Vec<usize>,
+    layout: Option<RaggedLayout>,
+    output_len: usize,
+}
+
+impl Plan<'_> {
+    /// Bytes of output the gather fills.
+    pub fn output_len(&self) -> usize {
+        self.output_len
+    }
+
+    /// Where a Ragged gather puts values, `cu_seqlens` and shapes; `None` for Dense.
+    pub fn layout(&self) -> Option<&RaggedLayout> {
+        self.layout.as_ref()
+    }
+}
+
+/// Opens `path` for reading, refusing anything but a regular file. Opening does
+/// not block on a FIFO or device, and the check is made on the opened file, so it
+/// cannot be raced by a rename.
+fn open_regular(path: &Path, what: &str) -> Result<(File, u64)> {
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+    {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(Error::corrupt(path, format!("{what} is missing")))
         }
         Err(e) => return Err(Error::io(path, e)),
     };
-    let size = file.metadata().at(path)?.len();
+    let meta = file.metadata().at(path)?;
+    if !meta.is_file() {
+        return Err(Error::corrupt(
+            path,
+            format!("{what} is not a regular file (a store holds only regular files)"),
+        ));
+    }
+    Ok((file, meta.len()))
+}
+
+/// Opens and maps a file that must hold exactly `expected` bytes.
+fn map_file(path: &Path, expected: u64, what: &str) -> Result<(File, Option<Mmap>)> {
+    let (file, size) = open_regular(path, what)?;
     if size != expected {
         return Err(Error::corrupt(
             path,
@@ -87,111 +193,164 @@ fn map_file(path: &Path, expected: u64, what: &str) -> Result<(File, Option<Mmap
         return Ok((file, None));
     }
     // SAFETY: published stores are immutable; nothing in this library writes to a
-    // published file, and the contract forbids others to.
+    // published file, and the format forbids others to (a file truncated under an
+    // open reader is documented as a fault this reader cannot catch).
     let map = unsafe { Mmap::map(&file) }.at(path)?;
     Ok((file, Some(map)))
 }
 
+/// Reads a small file that must hold exactly `expected` bytes hashing to `sum`.
+fn read_checked(path: &Path, expected: u64, sum: u64, what: &str) -> Result<Vec<u8>> {
+    let (mut file, size) = open_regular(path, what)?;
+    if size != expected {
+        return Err(Error::corrupt(
+            path,
+            format!("{what} is {size} bytes but the header says {expected}"),
+        ));
+    }
+    let mut bytes = Vec::new();
+    bytes
+        .try_reserve_exact(expected as usize)
+        .map_err(|_| Error::OutOfMemory {
+            bytes: expected as usize,
+        })?;
+    (&mut file)
+        .take(expected)
+        .read_to_end(&mut bytes)
+        .at(path)?;
+    if bytes.len() as u64 != expected || xxh3_64(&bytes) != sum {
+        return Err(Error::corrupt(path, format!("{what} checksum mismatch")));
+    }
+    Ok(bytes)
+}
+
+fn read_header(path: &Path) -> Result<Header> {
+    let (file, size) = match open_regular(path, "the header") {
+        Err(Error::Corrupt { msg, .. }) if msg.ends_with("is missing") => {
+            return Err(Error::corrupt(
+                path,
+                "missing: this directory is not a published zrecord store",
+            ))
+        }
+        other => other?,
+    };
+    if size > MAX_HEADER_BYTES {
+        return Err(Error::corrupt(
+            path,
+            format!("the header is {size} bytes; a header is at most {MAX_HEADER_BYTES}"),
+        ));
+    }
+    let mut raw = Vec::new();
+    file.take(MAX_HEADER_BYTES).read_to_end(&mut raw).at(path)?;
+    Header::decode(&raw, path)
+}
+
 impl Store {
-    /// Opens the store at `path` and checks its header, index and files against each other.
+    /// Opens the store at `path` with default [`ReadOptions`].
     pub fn open(path: &Path) -> Result<Store> {
+        Store::open_with(path, ReadOptions::default())
+    }
+
+    /// Opens the store at `path` and checks its header, files, dictionary,
+    /// attributes and index block checksums against each other. The time it takes
+    /// does not grow with the record count (except for version 1 stores, whose
+    /// whole index is hashed).
+    pub fn open_with(path: &Path, options: ReadOptions) -> Result<Store> {
         if cfg!(target_endian = "big") {
             return Err(Error::InvalidArgument(
                 "zrecord stores are little-endian; this host is big-endian".into(),
             ));
         }
-        if !path.exists() {
-            return Err(Error::NotFound(path.to_path_buf()));
-        }
-        let hp = path.join(format::HEADER_FILE);
-        let raw = match std::fs::read(&hp) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        match std::fs::metadata(path) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
                 return Err(Error::corrupt(
-                    &hp,
-                    "missing: this directory is not a published zrecord store",
+                    path,
+                    "is not a directory; a store is a directory",
                 ))
             }
-            Err(e) => return Err(Error::io(&hp, e)),
-        };
-        let header = Header::decode(&raw, &hp)?;
-        let ip = path.join(format::INDEX_FILE);
-        let (_, index) = map_file(&ip, header.index_size, "the index")?;
-        let sum = xxh3_64(index.as_deref().unwrap_or(&[]));
-        if sum != header.index_xxh3 {
-            return Err(Error::corrupt(
-                &ip,
-                "index checksum mismatch (the index is damaged)",
-            ));
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::NotFound(path.to_path_buf()))
+            }
+            Err(e) => return Err(Error::io(path, e)),
         }
-        let shards = header
+        let header = read_header(&path.join(format::HEADER_FILE))?;
+        let index_path = path.join(format::INDEX_FILE);
+        let (_, index) = map_file(&index_path, header.index_size, "the index")?;
+        let index_bytes = index.as_deref().unwrap_or(&[]);
+        let block_count = index_bytes.len().div_ceil(INDEX_BLOCK_BYTES);
+        let sums = if header.version >= 2 {
+            read_checked(
+                &path.join(format::INDEX_SUMS_FILE),
+                format::index_sums_size(header.index_size),
+                header.index_sums_xxh3,
+                "the index block checksums",
+            )?
+        } else {
+            Vec::new()
+        };
+        let blocks = if sums.is_empty() || index_bytes.len() <= EAGER_INDEX_BYTES {
+            if xxh3_64(index_bytes) != header.index_xxh3 {
+                return Err(Error::corrupt(
+                    &index_path,
+                    "index checksum mismatch (the index is damaged)",
+                ));
+            }
+            IndexBlocks::all_checked(block_count)
+        } else {
+            IndexBlocks {
+                sums,
+                checked: (0..block_count.div_ceil(64))
+                    .map(|_| AtomicU64::new(0))
+                    .collect(),
+            }
+        };
+        let files = header
             .shard_sizes
             .iter()
             .enumerate()
             .map(|(s, &size)| {
                 let p = path.join(format::data_file(s));
-                map_file(&p, size, "the data shard").map(|(file, map)| Shard { path: p, file, map })
+                map_file(&p, size, "the data file").map(|(file, map)| DataFile {
+                    path: p,
+                    file,
+                    map,
+                })
             })
             .collect::<Result<Vec<_>>>()?;
-        let dict = if header.dict_size > 0 {
-            let dp = path.join(format::DICT_FILE);
-            let (_, d) = map_file(&dp, header.dict_size, "the dictionary")?;
-            let d = d.as_deref().unwrap_or(&[]).to_vec();
-            if xxh3_64(&d) != header.dict_xxh3 {
-                return Err(Error::corrupt(&dp, "dictionary checksum mismatch"));
-            }
-            Some(d)
-        } else {
-            None
+        let dict = match header.dict_size {
+            0 => None,
+            n => Some(read_checked(
+                &path.join(format::DICT_FILE),
+                n,
+                header.dict_xxh3,
+                "the dictionary",
+            )?),
+        };
+        let attrs = match header.attrs_size {
+            0 => None,
+            n => Some(read_checked(
+                &path.join(format::ATTRS_FILE),
+                n,
+                header.attrs_xxh3,
+                "the attributes",
+            )?),
         };
         let decoder = Decoder::new(header.schema.codec, dict.as_deref())
             .map_err(|e| Error::corrupt(path, e.to_string()))?;
-        let header_codec_is_raw = header.schema.codec == crate::codec::Codec::Raw;
-        let store = Store {
+        Ok(Store {
             path: path.to_path_buf(),
+            index_path,
             entry_size: header.schema.entry_size(),
+            read_directly: header.schema.codec == Codec::Raw,
             header,
             index,
-            shards,
-            read_directly: header_codec_is_raw,
+            files,
             decoder,
-        };
-        store.check_entries(&ip)?;
-        Ok(store)
-    }
-
-    /// Every entry must point inside its shard and agree with the schema, so that
-    /// no gather can read out of bounds whatever the files hold.
-    fn check_entries(&self, ip: &Path) -> Result<()> {
-        let schema = &self.header.schema;
-        let raw = schema.codec == crate::codec::Codec::Raw;
-        let isz = schema.dtype.itemsize() as u64;
-        for i in 0..self.len() {
-            let e = self.entry(i);
-            let bad = |msg: String| Err(Error::corrupt_record(ip, i, msg));
-            let Some(shard) = self.shards.get(e.shard as usize) else {
-                return bad(format!("shard {} does not exist", e.shard));
-            };
-            if e.offset + e.stored_len as u64 > shard.bytes().len() as u64 {
-                return bad(format!("points past the end of {}", shard.path.display()));
-            }
-            let logical = match schema.kind {
-                Kind::Dense => schema.record_bytes().unwrap_or(0),
-                Kind::Ragged => {
-                    match element_count(&self.shape(i)).and_then(|c| c.checked_mul(isz)) {
-                        Some(b) if b <= MAX_RECORD_BYTES => b,
-                        _ => return bad("shape is out of range".into()),
-                    }
-                }
-            };
-            if raw && e.stored_len as u64 != logical {
-                return bad(format!(
-                    "stores {} bytes, its shape needs {logical}",
-                    e.stored_len
-                ));
-            }
-        }
-        Ok(())
+            blocks,
+            attrs,
+            options,
+        })
     }
 
     /// Where the store was opened.
@@ -209,6 +368,11 @@ impl Store {
         &self.header
     }
 
+    /// How this store reads.
+    pub fn options(&self) -> ReadOptions {
+        self.options
+    }
+
     /// Records in the store.
     pub fn len(&self) -> u64 {
         self.header.record_count
@@ -219,45 +383,119 @@ impl Store {
         self.len() == 0
     }
 
+    /// Whether a gather decodes records rather than copying them.
+    pub fn decodes(&self) -> bool {
+        self.header.schema.codec != Codec::Raw
+    }
+
     /// The store's dictionary bytes, for `zstd_dict` stores.
     pub fn dictionary(&self) -> Result<Option<Vec<u8>>> {
-        if self.header.dict_size == 0 {
-            return Ok(None);
+        match self.header.dict_size {
+            0 => Ok(None),
+            n => read_checked(
+                &self.path.join(format::DICT_FILE),
+                n,
+                self.header.dict_xxh3,
+                "the dictionary",
+            )
+            .map(Some),
         }
-        let dp = self.path.join(format::DICT_FILE);
-        std::fs::read(&dp).at(&dp).map(Some)
     }
 
-    #[inline]
-    fn entry_bytes(&self, i: u64) -> &[u8] {
-        let at = i as usize * self.entry_size;
-        &self.index.as_deref().unwrap_or(&[])[at..at + self.entry_size]
+    /// The attributes stored with the store (a JSON object), if it has any.
+    pub fn attrs(&self) -> Option<&[u8]> {
+        self.attrs.as_deref()
     }
 
-    /// The index entry of record `i`, which must be below [`Store::len`].
-    #[inline]
-    pub fn entry(&self, i: u64) -> Entry {
-        Entry::decode(self.entry_bytes(i))
+    /// The raw bytes of entry `i`, after checking the index blocks they lie in.
+    fn entry_bytes(&self, i: u64) -> Result<&[u8]> {
+        let index = self.index.as_deref().unwrap_or(&[]);
+        let span = usize::try_from(i)
+            .ok()
+            .and_then(|i| i.checked_mul(self.entry_size))
+            .and_then(|at| Some(at..at.checked_add(self.entry_size)?));
+        let Some(span) = span.filter(|s| s.end <= index.len()) else {
+            return Err(Error::OutOfRange {
+                index: i as i128,
+                len: self.len(),
+            });
+        };
+        let (first, last) = (
+            span.start / INDEX_BLOCK_BYTES,
+            (span.end - 1) / INDEX_BLOCK_BYTES,
+        );
+        for block in first..=last {
+            if !self.blocks.is_checked(block) {
+                self.check_block(index, block)?;
+            }
+        }
+        Ok(&index[span])
     }
 
-    /// Shape of Ragged record `i`, as raw little-endian u64 words.
-    #[inline]
-    fn shape_of(&self, i: u64) -> &[u8] {
-        &self.entry_bytes(i)[ENTRY_FIXED..]
+    fn check_block(&self, index: &[u8], block: usize) -> Result<()> {
+        let start = block * INDEX_BLOCK_BYTES;
+        let bytes = &index[start..index.len().min(start + INDEX_BLOCK_BYTES)];
+        let want = self
+            .blocks
+            .sums
+            .get(block * 8..block * 8 + 8)
+            .map(|w| le_u64(w, 0));
+        if want != Some(xxh3_64(bytes)) {
+            return Err(Error::corrupt(
+                &self.index_path,
+                format!("index block {block} checksum mismatch (the index is damaged)"),
+            ));
+        }
+        self.blocks.mark(block);
+        Ok(())
     }
 
-    /// The shape of Ragged record `i`, which must be below [`Store::len`].
-    pub fn shape(&self, i: u64) -> Vec<u64> {
-        self.shape_of(i)
-            .chunks_exact(8)
-            .map(|c| le_u64(c, 0))
-            .collect()
+    /// Logical bytes of record `i` whose entry bytes are `raw`.
+    fn logical_bytes(&self, i: u64, raw: &[u8]) -> Result<u64> {
+        let schema = &self.header.schema;
+        match schema.kind {
+            Kind::Dense => Ok(schema.record_bytes().unwrap_or(0)),
+            Kind::Ragged => raw[ENTRY_FIXED..]
+                .chunks_exact(8)
+                .try_fold(schema.dtype.itemsize() as u64, |n, w| {
+                    n.checked_mul(le_u64(w, 0))
+                })
+                .filter(|&n| n <= MAX_RECORD_BYTES)
+                .ok_or_else(|| {
+                    Error::corrupt_record(
+                        &self.index_path,
+                        i,
+                        "its shape is out of range (over the 2 GiB record limit)",
+                    )
+                }),
+        }
     }
 
-    #[inline]
-    fn stored(&self, e: &Entry) -> &[u8] {
-        let start = e.offset as usize;
-        &self.shards[e.shard as usize].bytes()[start..start + e.stored_len as usize]
+    /// The entry of record `i` and its logical size, checked: it lies inside an
+    /// existing data file and its stored length can hold its shape.
+    fn checked_entry(&self, i: u64) -> Result<(Entry, u64)> {
+        let raw = self.entry_bytes(i)?;
+        let e = Entry::decode(raw);
+        let logical = self.logical_bytes(i, raw)?;
+        let bad = |msg: String| Err(Error::corrupt_record(&self.index_path, i, msg));
+        let Some(file) = self.files.get(e.shard as usize) else {
+            return bad(format!("data file {} does not exist", e.shard));
+        };
+        match e.offset.checked_add(e.stored_len as u64) {
+            Some(end) if end <= file.bytes().len() as u64 => {}
+            _ => return bad(format!("points past the end of {}", file.path.display())),
+        }
+        let fits = match self.header.schema.codec {
+            Codec::Raw => e.stored_len as u64 == logical,
+            _ => (e.stored_len as u64).saturating_mul(MAX_EXPANSION) >= logical,
+        };
+        if !fits {
+            return bad(format!(
+                "stores {} bytes, which cannot hold its {logical} logical bytes",
+                e.stored_len
+            ));
+        }
+        Ok((e, logical))
     }
 
     fn check_positions(&self, idx: &[u64]) -> Result<()> {
@@ -271,24 +509,139 @@ impl Store {
         }
     }
 
-    /// Prefetches the index entry of the position `PREFETCH_AHEAD` after `ids[k]`,
-    /// for loops that visit the entries of `ids` in order.
-    #[inline]
-    fn prefetch_entry_ahead(&self, ids: &[u64], k: usize) {
-        if let Some(&q) = ids.get(k + PREFETCH_AHEAD) {
-            prefetch(self.entry_bytes(q).as_ptr());
+    /// Resolves and checks the records at `idx` and computes the output they need.
+    /// Compressed records must declare exactly their logical size in their frame
+    /// header, so a damaged frame is refused before any output is allocated.
+    pub fn plan<'a>(&self, idx: &'a [u64]) -> Result<Plan<'a>> {
+        self.check_positions(idx)?;
+        let mut entries = Vec::with_capacity(idx.len());
+        let mut sizes = Vec::with_capacity(idx.len());
+        let mut total: u64 = 0;
+        for (k, &p) in idx.iter().enumerate() {
+            if let Some(&q) = idx.get(k + PREFETCH_AHEAD) {
+                let at = q as usize * self.entry_size;
+                if let Some(b) = self.index.as_deref().and_then(|x| x.get(at..)) {
+                    prefetch(b.as_ptr());
+                }
+            }
+            let (e, logical) = self.checked_entry(p)?;
+            if self.decodes() {
+                let declared =
+                    declared_size(self.stored(&e)).map_err(|msg| self.payload_error(&e, p, msg))?;
+                if declared != logical {
+                    return Err(self.payload_error(
+                        &e,
+                        p,
+                        format!("its frame declares {declared} bytes, its shape needs {logical}"),
+                    ));
+                }
+            }
+            total = total
+                .checked_add(logical)
+                .ok_or_else(|| too_large(idx.len()))?;
+            entries.push(e);
+            sizes.push(logical as usize);
+        }
+        let total = usize::try_from(total).map_err(|_| too_large(idx.len()))?;
+        let schema = &self.header.schema;
+        let (layout, output_len) = match schema.kind {
+            Kind::Dense => (None, total),
+            Kind::Ragged => {
+                let isz = schema.dtype.itemsize();
+                let layout = RaggedLayout::new(idx.len(), schema.ndim, total / isz, isz)?;
+                let len = layout.total;
+                (Some(layout), len)
+            }
+        };
+        Ok(Plan {
+            ids: idx,
+            entries,
+            sizes,
+            layout,
+            output_len,
+        })
+    }
+
+    /// Fills `out` (exactly [`Plan::output_len`] bytes) with the planned records:
+    /// Dense records end to end; Ragged values, `cu_seqlens` and shapes as the
+    /// plan's layout says.
+    pub fn gather(&self, plan: &Plan<'_>, out: &mut [u8], par: &dyn Parallel) -> Result<()> {
+        if out.len() != plan.output_len {
+            return Err(Error::InvalidArgument(format!(
+                "output holds {} bytes, the gather needs {}",
+                out.len(),
+                plan.output_len
+            )));
+        }
+        match &plan.layout {
+            None => self.fill_parts(plan, out, 0..plan.ids.len(), par),
+            Some(layout) => {
+                let (values, meta) = out.split_at_mut(layout.cu_offset);
+                let (cu, shapes) = meta.split_at_mut(layout.shapes_offset - layout.cu_offset);
+                let isz = self.header.schema.dtype.itemsize();
+                let shape_bytes = 8 * layout.ndim;
+                let mut acc: usize = 0;
+                cu[..4].copy_from_slice(&0i32.to_le_bytes());
+                for (k, &p) in plan.ids.iter().enumerate() {
+                    // The layout checked that every prefix sum fits in an i32.
+                    acc += plan.sizes[k] / isz;
+                    cu[4 * (k + 1)..4 * (k + 2)].copy_from_slice(&(acc as i32).to_le_bytes());
+                    let raw = self.entry_bytes(p)?;
+                    shapes[k * shape_bytes..(k + 1) * shape_bytes]
+                        .copy_from_slice(&raw[ENTRY_FIXED..ENTRY_FIXED + shape_bytes]);
+                }
+                let values = &mut values[..layout.values_bytes];
+                self.fill_parts(plan, values, 0..plan.ids.len(), par)
+            }
         }
     }
 
-    /// Index entries of `ids`, read with the entries a few positions ahead
-    /// prefetched.
-    fn resolve(&self, ids: &[u64]) -> Vec<Entry> {
-        let mut entries = Vec::with_capacity(ids.len());
-        for (k, &p) in ids.iter().enumerate() {
-            self.prefetch_entry_ahead(ids, k);
-            entries.push(self.entry(p));
+    /// Decodes the planned records `range` into `out` (their logical bytes end to
+    /// end), split into parts of roughly equal bytes run through `par`.
+    fn fill_parts(
+        &self,
+        plan: &Plan<'_>,
+        out: &mut [u8],
+        range: std::ops::Range<usize>,
+        par: &dyn Parallel,
+    ) -> Result<()> {
+        if out.is_empty() {
+            return Ok(());
         }
-        entries
+        let parts = par.parts(out.len(), self.decodes()).max(1);
+        let target = out.len().div_ceil(parts).max(1);
+        let mut tasks = Vec::with_capacity(parts);
+        let mut rest = out;
+        let mut start = range.start;
+        while start < range.end {
+            let (mut end, mut bytes) = (start, 0);
+            while end < range.end && (end == start || bytes < target) {
+                bytes += plan.sizes[end];
+                end += 1;
+            }
+            let (dst, tail) = std::mem::take(&mut rest).split_at_mut(bytes);
+            rest = tail;
+            tasks.push((start..end, dst));
+            start = end;
+        }
+        run_parts(par, tasks, |(range, dst)| {
+            let mut rest = dst;
+            let mut session = self.decoder.session();
+            for k in range.clone() {
+                if let Some(e) = plan.entries.get(k + PREFETCH_AHEAD) {
+                    if !self.is_direct(e.stored_len as usize) {
+                        let head = self.stored(e);
+                        for line in (0..head.len().min(PREFETCH_HEAD_BYTES)).step_by(64) {
+                            prefetch(head[line..].as_ptr());
+                        }
+                    }
+                }
+                let (slot, tail) = std::mem::take(&mut rest).split_at_mut(plan.sizes[k]);
+                rest = tail;
+                self.decode_entry(&mut session, plan.ids[k], &plan.entries[k], slot)?;
+            }
+            Ok(())
+        })
     }
 
     #[inline]
@@ -296,109 +649,75 @@ impl Store {
         self.read_directly && dst_len >= PREAD_MIN_BYTES
     }
 
-    /// Decodes the records `ids` (with their `entries`) into `slots`, one slot per
-    /// record, prefetching the stored bytes of the records a few slots ahead.
-    fn fill<'a>(
-        &self,
-        ids: &[u64],
-        entries: &[Entry],
-        slots: impl Iterator<Item = &'a mut [u8]>,
-    ) -> Result<()> {
-        let mut session = self.decoder.session();
-        for (k, slot) in slots.enumerate() {
-            if let Some(e) = entries.get(k + PREFETCH_AHEAD) {
-                if !self.is_direct(e.stored_len as usize) {
-                    let head = self.stored(e);
-                    for line in (0..head.len().min(PREFETCH_HEAD_BYTES)).step_by(64) {
-                        prefetch(head[line..].as_ptr());
-                    }
-                }
-            }
-            self.decode_entry(&mut session, ids[k], &entries[k], slot)?;
-        }
-        Ok(())
+    /// The stored bytes of a checked entry.
+    #[inline]
+    fn stored(&self, e: &Entry) -> &[u8] {
+        let start = e.offset as usize;
+        self.files
+            .get(e.shard as usize)
+            .and_then(|f| f.bytes().get(start..start + e.stored_len as usize))
+            .unwrap_or(&[])
     }
 
+    fn payload_error(&self, e: &Entry, pos: u64, msg: impl Into<String>) -> Error {
+        let path = self
+            .files
+            .get(e.shard as usize)
+            .map_or(&self.index_path, |f| &f.path);
+        Error::corrupt_record(path, pos, msg)
+    }
+
+    fn checksum_error(&self, e: &Entry, pos: u64) -> Error {
+        self.payload_error(e, pos, "checksum mismatch (the payload is damaged)")
+    }
+
+    /// Decodes the checked entry `e` of record `pos` into `dst`, its logical size.
     fn decode_entry(
         &self,
-        session: &mut crate::codec::DecodeSession<'_>,
+        session: &mut DecodeSession<'_>,
         pos: u64,
         e: &Entry,
         dst: &mut [u8],
     ) -> Result<()> {
         if self.is_direct(dst.len()) {
-            let shard = &self.shards[e.shard as usize];
-            if e.stored_len as usize != dst.len() {
-                return Err(Error::corrupt_record(&shard.path, pos, "bad stored length"));
+            let file = &self.files[e.shard as usize];
+            file.file.read_exact_at(dst, e.offset).at(&file.path)?;
+            if self.options.checked && xxh3_64(dst) != e.checksum {
+                return Err(self.checksum_error(e, pos));
             }
-            return shard.file.read_exact_at(dst, e.offset).at(&shard.path);
+            return Ok(());
+        }
+        let stored = self.stored(e);
+        if self.options.checked && xxh3_64(stored) != e.checksum {
+            return Err(self.checksum_error(e, pos));
         }
         session
-            .decode(self.stored(e), dst)
-            .map_err(|msg| Error::corrupt_record(&self.shards[e.shard as usize].path, pos, msg))
+            .decode(stored, dst)
+            .map_err(|msg| self.payload_error(e, pos, msg))
     }
 
-    /// Whether a gather decodes records rather than copying them.
-    pub fn decodes(&self) -> bool {
-        self.header.schema.codec != crate::codec::Codec::Raw
-    }
-
-    /// Fills `out` with the Dense records at `idx`, in order.
+    /// Fills `out` with the Dense records at `idx`, in order: [`Store::plan`] and
+    /// [`Store::gather`] in one call, for callers that bring their own buffer.
     pub fn gather_dense(&self, idx: &[u64], out: &mut [u8], par: &dyn Parallel) -> Result<()> {
-        let schema = &self.header.schema;
-        if schema.kind != Kind::Dense {
+        if self.header.schema.kind != Kind::Dense {
             return Err(Error::InvalidArgument(
                 "gather_dense on a Ragged store".into(),
             ));
         }
-        let rb = schema.record_bytes().unwrap_or(0) as usize;
-        if out.len() != idx.len() * rb {
-            return Err(Error::InvalidArgument(format!(
-                "output holds {} bytes, {} records need {}",
-                out.len(),
-                idx.len(),
-                idx.len() * rb
-            )));
-        }
-        self.check_positions(idx)?;
-        if rb == 0 || idx.is_empty() {
-            return Ok(());
-        }
-        let parts = par.parts(out.len(), self.decodes()).max(1);
-        let per = idx.len().div_ceil(parts);
-        let tasks: Vec<_> = idx.chunks(per).zip(out.chunks_mut(per * rb)).collect();
-        run_parts(par, tasks, |(ids, dst)| {
-            self.fill(ids, &self.resolve(ids), dst.chunks_exact_mut(rb))
-        })
+        let plan = self.plan(idx)?;
+        self.gather(&plan, out, par)
     }
 
     /// Checks positions and computes where a Ragged gather of `idx` puts its bytes.
     pub fn ragged_layout(&self, idx: &[u64]) -> Result<RaggedLayout> {
-        let schema = &self.header.schema;
-        if schema.kind != Kind::Ragged {
+        if self.header.schema.kind != Kind::Ragged {
             return Err(Error::InvalidArgument(
                 "a Ragged gather on a Dense store".into(),
             ));
         }
-        self.check_positions(idx)?;
-        let isz = schema.dtype.itemsize() as u64;
-        let mut elements: u64 = 0;
-        for (k, &p) in idx.iter().enumerate() {
-            self.prefetch_entry_ahead(idx, k);
-            // check_entries bounded each record, so this sum cannot overflow u64.
-            let bytes = self.logical_ragged_bytes(p);
-            elements += bytes / isz;
-        }
-        RaggedLayout::new(idx.len(), schema.ndim, elements as usize, isz as usize)
-    }
-
-    #[inline]
-    fn logical_ragged_bytes(&self, pos: u64) -> u64 {
-        let mut n = self.header.schema.dtype.itemsize() as u64;
-        for w in self.shape_of(pos).chunks_exact(8) {
-            n = n.saturating_mul(le_u64(w, 0));
-        }
-        n
+        let plan = self.plan(idx)?;
+        plan.layout
+            .ok_or_else(|| Error::Internal("a Ragged plan without a layout".into()))
     }
 
     /// Fills `out` (exactly `layout.total` bytes) with the Ragged records at `idx`.
@@ -409,85 +728,68 @@ impl Store {
         out: &mut [u8],
         par: &dyn Parallel,
     ) -> Result<()> {
-        if out.len() != layout.total || layout.records != idx.len() {
+        let plan = self.plan(idx)?;
+        if plan.layout.as_ref() != Some(layout) {
             return Err(Error::InvalidArgument(
-                "output does not match the ragged layout".into(),
+                "the layout does not belong to these positions".into(),
             ));
         }
-        let isz = self.header.schema.dtype.itemsize();
-        let (values, meta) = out.split_at_mut(layout.cu_offset);
-        let (cu, shapes) = meta.split_at_mut(layout.shapes_offset - layout.cu_offset);
-        let mut acc: u64 = 0;
-        cu[..4].copy_from_slice(&0i32.to_le_bytes());
-        let shape_bytes = 8 * layout.ndim;
-        let entries = self.resolve(idx);
-        let mut sizes = Vec::with_capacity(idx.len());
-        for (k, &p) in idx.iter().enumerate() {
-            let bytes = self.logical_ragged_bytes(p);
-            sizes.push(bytes as usize);
-            acc += bytes / isz as u64;
-            cu[4 * (k + 1)..4 * (k + 2)].copy_from_slice(&(acc as i32).to_le_bytes());
-            shapes[k * shape_bytes..(k + 1) * shape_bytes].copy_from_slice(self.shape_of(p));
-        }
-        let values = &mut values[..layout.values_bytes];
-        // Split the records into parts of roughly equal bytes.
-        let parts = par.parts(layout.values_bytes, self.decodes()).max(1);
-        let target = layout.values_bytes.div_ceil(parts).max(1);
-        let mut tasks = Vec::with_capacity(parts);
-        let mut rest = values;
-        let mut start = 0;
-        while start < idx.len() {
-            let (mut end, mut bytes) = (start, 0);
-            while end < idx.len() && (end == start || bytes < target) {
-                bytes += sizes[end];
-                end += 1;
-            }
-            let (dst, tail) = rest.split_at_mut(bytes);
-            rest = tail;
-            tasks.push((start..end, dst));
-            start = end;
-        }
-        run_parts(par, tasks, |(range, dst)| {
-            let mut rest = dst;
-            let slots = sizes[range.clone()].iter().map(move |&n| {
-                let (slot, tail) = std::mem::take(&mut rest).split_at_mut(n);
-                rest = tail;
-                slot
-            });
-            self.fill(&idx[range.clone()], &entries[range], slots)
-        })
+        self.gather(&plan, out, par)
     }
 
-    /// Reads every record, checks its stored bytes against the index checksum and
-    /// decodes it; the first damaged record is reported with its file.
+    /// Checks the whole store: the index against its checksum, every entry, every
+    /// record's stored bytes against their checksum, and that every record
+    /// decodes to its logical size. The first damaged record is reported with its
+    /// file. Decoding scratch is sized from what a frame can really hold, so a
+    /// store whose schema claims huge records cannot make this allocate them.
     pub fn verify(&self, par: &dyn Parallel) -> Result<()> {
+        let index = self.index.as_deref().unwrap_or(&[]);
+        if xxh3_64(index) != self.header.index_xxh3 {
+            return Err(Error::corrupt(
+                &self.index_path,
+                "index checksum mismatch (the index is damaged)",
+            ));
+        }
+        for f in &self.files {
+            let now = f.file.metadata().at(&f.path)?.len();
+            if now != f.bytes().len() as u64 {
+                return Err(Error::corrupt(
+                    &f.path,
+                    "changed size while open (stores must not be modified)",
+                ));
+            }
+        }
         let n = self.len();
         let parts = par.parts(usize::MAX, true).max(1) as u64;
         let per = n.div_ceil(parts).max(1);
         let ranges: Vec<_> = (0..parts)
-            .map(|k| k * per..((k + 1) * per).min(n))
+            .map(|k| (k * per).min(n)..((k + 1) * per).min(n))
+            .filter(|r| !r.is_empty())
             .collect();
         run_parts(par, ranges, |range| {
             let mut session = self.decoder.session();
-            let mut scratch = Vec::new();
+            let mut scratch: Vec<u8> = Vec::new();
             for i in range {
-                let e = self.entry(i);
-                let stored = self.stored(&e);
-                if xxh3_64(stored) != e.checksum {
-                    return Err(Error::corrupt_record(
-                        &self.shards[e.shard as usize].path,
-                        i,
-                        "checksum mismatch (the payload is damaged)",
-                    ));
+                let (e, logical) = self.checked_entry(i)?;
+                if xxh3_64(self.stored(&e)) != e.checksum {
+                    return Err(self.checksum_error(&e, i));
                 }
-                let logical = match self.header.schema.kind {
-                    Kind::Dense => self.header.schema.record_bytes().unwrap_or(0),
-                    Kind::Ragged => self.logical_ragged_bytes(i),
-                };
-                scratch.resize(logical as usize, 0);
-                self.decode_entry(&mut session, i, &e, &mut scratch)?;
+                let logical = logical as usize;
+                if scratch.len() < logical {
+                    scratch
+                        .try_reserve(logical - scratch.len())
+                        .map_err(|_| Error::OutOfMemory { bytes: logical })?;
+                    scratch.resize(logical, 0);
+                }
+                self.decode_entry(&mut session, i, &e, &mut scratch[..logical])?;
             }
             Ok(())
         })
     }
+}
+
+fn too_large(records: usize) -> Error {
+    Error::InvalidArgument(format!(
+        "{records} records hold more bytes than this machine can address; gather fewer at once"
+    ))
 }

@@ -16,7 +16,7 @@ use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use crate::codec::{Codec, Encoder};
 use crate::error::{Error, IoContext, Result};
-use crate::format::{self, Entry, Header, Kind, Schema, MAX_RECORD_BYTES};
+use crate::format::{self, Entry, Header, IndexSums, Kind, Schema, MAX_RECORD_BYTES};
 use crate::parallel::{run_parts, Parallel};
 use crate::ragged::RaggedView;
 use crate::recycle::Recycler;
@@ -55,6 +55,9 @@ pub struct Writer {
     index: BufWriter<File>,
     index_path: PathBuf,
     index_hasher: Xxh3,
+    index_sums: IndexSums,
+    attrs_size: u64,
+    attrs_xxh3: u64,
     index_size: u64,
     count: u64,
     next_shard: usize,
@@ -91,6 +94,17 @@ pub fn temp_sibling(dest: &Path) -> Result<PathBuf> {
         nanos
     );
     Ok(dest.with_file_name(tmp_name))
+}
+
+/// Writes a new file holding `bytes`, durably, and returns its size and xxh3-64.
+fn write_whole(path: &Path, bytes: &[u8]) -> Result<(u64, u64)> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .at(path)?;
+    f.write_all(bytes).and_then(|_| f.sync_all()).at(path)?;
+    Ok((bytes.len() as u64, xxh3_64(bytes)))
 }
 
 fn fsync_dir(path: &Path) -> Result<()> {
@@ -209,6 +223,24 @@ impl Writer {
         w
     }
 
+    /// Stores `attrs` (a JSON object, checked by the caller) with the store.
+    pub fn set_attrs(&mut self, attrs: &[u8]) -> Result<()> {
+        self.check_usable()?;
+        if attrs.len() as u64 > format::MAX_ATTRS_BYTES {
+            return Err(Error::InvalidArgument(format!(
+                "attributes take {} bytes; at most {} are allowed",
+                attrs.len(),
+                format::MAX_ATTRS_BYTES
+            )));
+        }
+        if self.attrs_size > 0 {
+            return Err(Error::InvalidArgument("attributes are already set".into()));
+        }
+        (self.attrs_size, self.attrs_xxh3) =
+            write_whole(&self.tmp.join(format::ATTRS_FILE), attrs)?;
+        Ok(())
+    }
+
     fn in_dir(
         dest: &Path,
         tmp: PathBuf,
@@ -235,11 +267,7 @@ impl Writer {
             .collect::<Result<Vec<_>>>()?;
         let (index, index_path) = open(tmp.join(format::INDEX_FILE))?;
         let (dict_size, dict_xxh3) = match dict {
-            Some(d) => {
-                let (mut f, p) = open(tmp.join(format::DICT_FILE))?;
-                f.write_all(d).and_then(|_| f.sync_all()).at(&p)?;
-                (d.len() as u64, xxh3_64(d))
-            }
+            Some(d) => write_whole(&tmp.join(format::DICT_FILE), d)?,
             None => (0, 0),
         };
         Ok(Writer {
@@ -253,6 +281,9 @@ impl Writer {
             index: BufWriter::with_capacity(1 << 16, index),
             index_path,
             index_hasher: Xxh3::new(),
+            index_sums: IndexSums::default(),
+            attrs_size: 0,
+            attrs_xxh3: 0,
             index_size: 0,
             count: 0,
             next_shard: 0,
@@ -428,6 +459,7 @@ impl Writer {
                 }
                 self.index.write_all(&buf).at(&self.index_path)?;
                 self.index_hasher.update(&buf);
+                self.index_sums.update(&buf);
                 self.index_size += buf.len() as u64;
             }
             self.count += (i - chunks[0].start) as u64;
@@ -461,6 +493,15 @@ impl Writer {
             dict_size: self.dict_size,
             dict_xxh3: self.dict_xxh3,
             shard_sizes: self.shards.iter().map(|s| s.size).collect(),
+            version: format::FORMAT_VERSION,
+            index_sums_xxh3: write_whole(
+                &self.tmp.join(format::INDEX_SUMS_FILE),
+                &std::mem::take(&mut self.index_sums).finish(),
+            )?
+            .1,
+            attrs_size: self.attrs_size,
+            attrs_xxh3: self.attrs_xxh3,
+            checksum: 0,
         };
         let hp = self.tmp.join(format::HEADER_FILE);
         let mut hf = OpenOptions::new()

@@ -1,0 +1,1805 @@
+//! Fuzzing that runs on stable Rust, in the ordinary test suite.
+//!
+//! Three targets, each given a fixed wall-clock budget (`ZRECORD_FUZZ_SECONDS`,
+//! default 20 s each) and driven by a seeded SplitMix64 (`ZRECORD_FUZZ_SEED`,
+//! default fixed; `random` picks one from the clock and prints it):
+//!
+//! - `fuzz_header_decode`: random bytes and mutations of valid headers (bit flips,
+//!   truncations, extensions, interesting values in every field, many with the
+//!   trailing checksum recomputed so the parser gets past it) fed to
+//!   [`Header::decode`]. It must return, never panic, never allocate more than
+//!   a few KiB, and whatever it accepts must encode back to the same header.
+//! - `fuzz_dense_stores`, `fuzz_ragged_stores`: small valid stores (every codec,
+//!   zstd_dict with a trained dictionary, zero-element records, 1..4 shards)
+//!   written with [`Writer`], then damaged on disk: byte flips, index fields
+//!   overwritten (offsets, lengths, shards, shapes, huge values, offset + length
+//!   past `u64::MAX`), files truncated, extended, removed or added, header fields
+//!   rewritten with a valid header checksum, and the index and dictionary
+//!   checksums in the header recomputed so that the damage reaches the
+//!   per-record paths. Each damaged store is opened, gathered from at random
+//!   positions (in and out of range) and verified. Every call must return Ok or
+//!   Err: never panic (caught with `catch_unwind`), never hang (a watchdog
+//!   thread), never allocate more than [`ALLOC_CAP`] on its thread (a counting
+//!   global allocator). Intact stores must read back exactly; stores damaged
+//!   without recomputing any checksum must never gather different records than
+//!   were written unless payload bytes were damaged, and then `verify` must fail.
+//!
+//! Every failing input is saved under `tests/fuzz-regressions/` (a store
+//! directory with `FUZZ-CASE.txt` describing the damage, or `header-*.bin`), and
+//! `replay_fuzz_regressions` replays every saved input on every run, without a
+//! time budget.
+//!
+//! Failures that are already known (listed in [`KNOWN`], each with an ignored
+//! `#[test]` reproducing it) are reported in the summary but do not fail the run,
+//! so CI stays usable until the fix lands; `ZRECORD_FUZZ_STRICT=1` fails on them
+//! too. Remove an entry from [`KNOWN`] and un-ignore its test once it is fixed.
+//!
+//! Run longer, printing the figures:
+//!
+//! ```text
+//! ZRECORD_FUZZ_SECONDS=600 ZRECORD_FUZZ_SEED=random \
+//!     cargo test --release -p zrecord --test fuzz -- --nocapture
+//! ```
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Once};
+use std::time::{Duration, Instant};
+
+use xxhash_rust::xxh3::xxh3_64;
+use zrecord::{
+    data_file, train_dictionary, Codec, DType, Header, IndexSums, Kind, Parallel, RaggedView,
+    ReadOptions, Schema, Sequential, Source, Store, Writer, ALL_DTYPES, ATTRS_FILE, DICT_FILE,
+    ENTRY_FIXED, FORMAT_VERSION, HEADER_FILE, INDEX_BLOCK_BYTES, INDEX_FILE, INDEX_SUMS_FILE,
+    MAGIC, MAX_ATTRS_BYTES, OLDEST_FORMAT_VERSION,
+};
+
+// ---------------------------------------------------------------------------
+// Configuration
+
+/// Most bytes one library call may hold at once on the fuzzing thread. The stores
+/// are a few KiB; a call that needs more believes a size it read from the files.
+const ALLOC_CAP: usize = 64 << 20;
+/// The same for one `Header::decode`.
+const HEADER_ALLOC_CAP: usize = 64 << 10;
+/// Largest output buffer the harness allocates for a gather. A damaged header may
+/// declare records of up to 2 GiB; allocating the output is the caller's choice,
+/// so such gathers are skipped (and counted) rather than attempted.
+const OUT_CAP: usize = 16 << 20;
+
+fn env_f64(name: &str, default: f64) -> f64 {
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
+        Err(_) => default,
+    }
+}
+
+/// Wall-clock budget of each timed target.
+fn budget() -> Duration {
+    Duration::from_secs_f64(env_f64("ZRECORD_FUZZ_SECONDS", 20.0).max(0.0))
+}
+
+/// A case that makes no progress for this long is a hang.
+fn hang_limit() -> Duration {
+    Duration::from_secs_f64(env_f64("ZRECORD_FUZZ_HANG_SECONDS", 10.0).max(0.1))
+}
+
+fn seed() -> u64 {
+    match std::env::var("ZRECORD_FUZZ_SEED").as_deref().map(str::trim) {
+        Err(_) | Ok("") => 0x5EED_0F_2EC0_4D,
+        Ok("random") => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64),
+        Ok(v) => v
+            .strip_prefix("0x")
+            .map_or_else(|| v.parse(), |h| u64::from_str_radix(h, 16))
+            .unwrap_or_else(|_| panic!("ZRECORD_FUZZ_SEED={v:?} is not a number")),
+    }
+}
+
+fn strict() -> bool {
+    std::env::var("ZRECORD_FUZZ_STRICT").is_ok_and(|v| v != "0" && !v.is_empty())
+}
+
+fn regressions_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz-regressions")
+}
+
+/// Failures already reported and reproduced by an ignored test: `(part of the
+/// finding's signature, the test that reproduces it)`. A finding whose signature
+/// contains the first string is counted and printed but does not fail the run
+/// (unless `ZRECORD_FUZZ_STRICT=1`). Delete the entry when the bug is fixed.
+const KNOWN: &[(&str, &str)] = &[];
+
+fn known(signature: &str) -> Option<&'static str> {
+    KNOWN
+        .iter()
+        .find(|(pat, _)| signature.contains(pat))
+        .map(|&(_, test)| test)
+}
+
+// ---------------------------------------------------------------------------
+// A counting allocator: how much one library call holds at most on its thread.
+
+struct Counting;
+
+thread_local! {
+    static TRACK: Cell<bool> = const { Cell::new(false) };
+    static LIVE: Cell<usize> = const { Cell::new(0) };
+    static PEAK: Cell<usize> = const { Cell::new(0) };
+}
+
+fn on_alloc(size: usize) {
+    let _ = TRACK.try_with(|t| {
+        if t.get() {
+            let live = LIVE.with(|l| {
+                let v = l.get().saturating_add(size);
+                l.set(v);
+                v
+            });
+            PEAK.with(|p| p.set(p.get().max(live)));
+        }
+    });
+}
+
+fn on_free(size: usize) {
+    let _ = TRACK.try_with(|t| {
+        if t.get() {
+            LIVE.with(|l| l.set(l.get().saturating_sub(size)));
+        }
+    });
+}
+
+// SAFETY: every call is forwarded to the system allocator unchanged; the
+// bookkeeping touches only const-initialised thread locals without destructors.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        on_alloc(layout.size());
+        System.alloc(layout)
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        on_alloc(layout.size());
+        System.alloc_zeroed(layout)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        on_free(layout.size());
+        System.dealloc(ptr, layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        on_alloc(new_size);
+        on_free(layout.size());
+        System.realloc(ptr, layout, new_size)
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// Runs `f` with this thread's allocations counted; returns its result and the
+/// most bytes it held at once.
+fn tracked<R>(f: impl FnOnce() -> R) -> (R, usize) {
+    LIVE.with(|l| l.set(0));
+    PEAK.with(|p| p.set(0));
+    TRACK.with(|t| t.set(true));
+    let r = f();
+    TRACK.with(|t| t.set(false));
+    (r, PEAK.with(|p| p.get()))
+}
+
+// ---------------------------------------------------------------------------
+// Panics: caught, with where they happened.
+
+struct PanicInfo {
+    at: String,
+    msg: String,
+    backtrace: String,
+}
+
+thread_local! {
+    static CAPTURE: Cell<bool> = const { Cell::new(false) };
+    static LAST_PANIC: RefCell<Option<PanicInfo>> = const { RefCell::new(None) };
+}
+
+/// Installs, once, a panic hook that records panics on capturing threads instead
+/// of printing them (everything else goes to the default hook).
+fn install_hook() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !CAPTURE.with(|c| c.get()) {
+                return default(info);
+            }
+            let at = info
+                .location()
+                .map_or_else(|| "?".into(), |l| format!("{}:{}:{}", l.file(), l.line(), l.column()));
+            let msg = info
+                .payload()
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| info.payload().downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "<non-string panic payload>".into());
+            // Resolving a backtrace is slow: only the first panic at each place.
+            static SEEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
+            let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+            let backtrace = if seen.contains(&at) {
+                String::new()
+            } else {
+                seen.push(at.clone());
+                std::backtrace::Backtrace::force_capture().to_string()
+            };
+            drop(seen);
+            LAST_PANIC.with(|p| *p.borrow_mut() = Some(PanicInfo { at, msg, backtrace }));
+        }));
+    });
+}
+
+/// Runs `f`, turning a panic into its description.
+fn catch<R>(f: impl FnOnce() -> R) -> Result<R, PanicInfo> {
+    install_hook();
+    CAPTURE.with(|c| c.set(true));
+    let r = catch_unwind(AssertUnwindSafe(f));
+    CAPTURE.with(|c| c.set(false));
+    r.map_err(|_| {
+        LAST_PANIC.with(|p| p.borrow_mut().take()).unwrap_or(PanicInfo {
+            at: "?".into(),
+            msg: "panic not recorded".into(),
+            backtrace: String::new(),
+        })
+    })
+}
+
+/// Keeps the frames of a backtrace that are zrecord's or this file's.
+fn short_backtrace(bt: &str) -> String {
+    let lines: Vec<&str> = bt.lines().collect();
+    let mut out = String::new();
+    for (k, l) in lines.iter().enumerate() {
+        let t = l.trim_start();
+        if t.starts_with("at ") && (t.contains("zrecord/src") || t.contains("tests/fuzz.rs")) {
+            let _ = writeln!(out, "    {}\n      {}", lines[k - 1].trim(), t);
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------
+// SplitMix64.
+
+#[derive(Clone)]
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `0..n` (`n` > 0).
+    fn below(&mut self, n: u64) -> u64 {
+        ((self.next() as u128 * n as u128) >> 64) as u64
+    }
+    fn upto(&mut self, n: usize) -> usize {
+        self.below(n as u64 + 1) as usize
+    }
+    fn index(&mut self, n: usize) -> usize {
+        self.below(n as u64) as usize
+    }
+    /// True with probability `p` percent.
+    fn pct(&mut self, p: u64) -> bool {
+        self.below(100) < p
+    }
+    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
+        xs[self.index(xs.len())]
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+    /// Sizes, offsets and counts that parsers tend to get wrong.
+    fn interesting_u64(&mut self, near: &[u64]) -> u64 {
+        match self.below(10) {
+            0..=3 => self.pick(&[
+                0,
+                1,
+                2,
+                7,
+                8,
+                24,
+                255,
+                256,
+                (1 << 31) - 1,
+                1 << 31,
+                (1 << 31) + 1,
+                u32::MAX as u64,
+                1 << 32,
+                1 << 40,
+                1 << 62,
+                1 << 63,
+                u64::MAX / 24,
+                u64::MAX / 24 + 1,
+                u64::MAX / 8 + 1,
+                u64::MAX - 1,
+                u64::MAX,
+            ]),
+            4..=6 if !near.is_empty() => {
+                let v = self.pick(near);
+                v.wrapping_add(self.below(5)).wrapping_sub(2)
+            }
+            7 => u64::MAX - self.below(4096),
+            8 => self.below(1 << 12),
+            _ => self.next(),
+        }
+    }
+}
+
+/// A test-local `Parallel` that asks for several parts but runs them in order on
+/// the calling thread: it exercises the splitting code without threads.
+struct Split(usize);
+
+impl Parallel for Split {
+    fn parts(&self, _bytes: usize, _decodes: bool) -> usize {
+        self.0
+    }
+    fn run(
+        &self,
+        n: usize,
+        task: &(dyn Fn(usize) -> zrecord::Result<()> + Sync),
+    ) -> zrecord::Result<()> {
+        (0..n).try_for_each(task)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Findings and the report of one target.
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Stage {
+    Setup,
+    HeaderDecode,
+    HeaderReencode,
+    Open,
+    Accessors,
+    GatherDense,
+    RaggedLayout,
+    GatherRagged,
+    WrongKind,
+    Verify,
+}
+
+const STAGES: [Stage; 10] = [
+    Stage::Setup,
+    Stage::HeaderDecode,
+    Stage::HeaderReencode,
+    Stage::Open,
+    Stage::Accessors,
+    Stage::GatherDense,
+    Stage::RaggedLayout,
+    Stage::GatherRagged,
+    Stage::WrongKind,
+    Stage::Verify,
+];
+
+impl Stage {
+    fn name(self) -> &'static str {
+        match self {
+            Stage::Setup => "setup",
+            Stage::HeaderDecode => "Header::decode",
+            Stage::HeaderReencode => "Header::encode round trip",
+            Stage::Open => "Store::open",
+            Stage::Accessors => "Store::entry/shape",
+            Stage::GatherDense => "Store::gather_dense",
+            Stage::RaggedLayout => "Store::ragged_layout",
+            Stage::GatherRagged => "Store::gather_ragged",
+            Stage::WrongKind => "gather of the other kind",
+            Stage::Verify => "Store::verify",
+        }
+    }
+}
+
+enum Fail {
+    Panic(PanicInfo),
+    OverAlloc(usize),
+    Wrong(&'static str, String),
+    Hang,
+}
+
+struct Finding {
+    stage: Stage,
+    fail: Fail,
+}
+
+impl Finding {
+    /// What identifies the bug: its kind, the call, and where a panic happened.
+    fn signature(&self) -> String {
+        let s = self.stage.name();
+        match &self.fail {
+            Fail::Panic(p) => format!("panic in {s} at {}", p.at),
+            Fail::OverAlloc(_) => format!("over-allocation in {s}"),
+            Fail::Wrong(what, _) => format!("wrong result in {s}: {what}"),
+            Fail::Hang => format!("hang in {s}"),
+        }
+    }
+
+    fn detail(&self) -> String {
+        match &self.fail {
+            Fail::Panic(p) => format!(
+                "panicked at {}: {}\n{}",
+                p.at,
+                p.msg,
+                short_backtrace(&p.backtrace)
+            ),
+            Fail::OverAlloc(n) => format!(
+                "held {n} bytes ({:.1} MiB) at once, over the {} MiB cap",
+                *n as f64 / (1 << 20) as f64,
+                ALLOC_CAP >> 20
+            ),
+            Fail::Wrong(_, d) => d.clone(),
+            Fail::Hang => format!("no progress for {:?}", hang_limit()),
+        }
+    }
+}
+
+struct Seen {
+    count: u64,
+    detail: String,
+    input: String,
+    saved: Option<PathBuf>,
+}
+
+#[derive(Default)]
+struct Report {
+    cases: u64,
+    outcomes: BTreeMap<String, u64>,
+    findings: BTreeMap<String, Seen>,
+}
+
+impl Report {
+    /// Moves everything in `other` into this report.
+    fn merge(&mut self, other: Report) {
+        self.cases += other.cases;
+        for (k, v) in other.outcomes {
+            *self.outcomes.entry(k).or_default() += v;
+        }
+        for (k, v) in other.findings {
+            match self.findings.get_mut(&k) {
+                Some(s) => s.count += v.count,
+                None => {
+                    self.findings.insert(k, v);
+                }
+            }
+        }
+    }
+
+    /// Hands what this worker found so far to the shared report, which the
+    /// watchdog reads if the worker hangs. The worker never holds the shared
+    /// report while it runs a case.
+    fn publish(&mut self, shared: &Mutex<Report>) {
+        let mine = std::mem::take(self);
+        shared.lock().unwrap_or_else(|e| e.into_inner()).merge(mine);
+    }
+
+    fn count(&mut self, outcome: impl Into<String>) {
+        *self.outcomes.entry(outcome.into()).or_default() += 1;
+    }
+
+    /// Records `f`; the first time a signature is seen, `save` stores the input
+    /// as a regression case (when `save_new`) and returns where.
+    fn found(
+        &mut self,
+        f: &Finding,
+        input: &str,
+        save_new: bool,
+        save: impl FnOnce(&str) -> Option<PathBuf>,
+    ) {
+        let sig = f.signature();
+        if let Some(s) = self.findings.get_mut(&sig) {
+            s.count += 1;
+            return;
+        }
+        let saved = if save_new { save(&sig) } else { None };
+        self.findings.insert(
+            sig,
+            Seen {
+                count: 1,
+                detail: f.detail(),
+                input: input.to_string(),
+                saved,
+            },
+        );
+    }
+
+    /// Prints the figures and fails on any finding not listed in [`KNOWN`].
+    fn finish(&self, target: &str, elapsed: Duration) {
+        let mut s = format!(
+            "\n=== {target}: {} cases in {:.1} s, seed {:#x}\n",
+            self.cases,
+            elapsed.as_secs_f64(),
+            seed()
+        );
+        for (k, v) in &self.outcomes {
+            let _ = writeln!(s, "  {v:>9}  {k}");
+        }
+        let mut unknown = 0;
+        for (sig, seen) in &self.findings {
+            let tag = match known(sig) {
+                Some(t) if !strict() => format!("KNOWN (reproduced by {t})"),
+                Some(t) => {
+                    unknown += 1;
+                    format!("KNOWN (reproduced by {t}), failing because ZRECORD_FUZZ_STRICT")
+                }
+                None => {
+                    unknown += 1;
+                    "NEW".into()
+                }
+            };
+            let _ = writeln!(
+                s,
+                "  FINDING [{tag}] x{}: {sig}\n    {}\n    input: {}\n    saved: {}",
+                seen.count,
+                seen.detail.trim_end().replace('\n', "\n    "),
+                seen.input.replace('\n', "\n      "),
+                seen.saved
+                    .as_deref()
+                    .map_or("(not saved)".into(), |p| p.display().to_string()),
+            );
+        }
+        println!("{s}");
+        assert!(unknown == 0, "{target}: {unknown} new finding(s)\n{s}");
+    }
+}
+
+fn short_hash(s: &[u8]) -> String {
+    format!("{:016x}", xxh3_64(s))
+}
+
+/// Saves `bytes` (a header input) as a regression case named after `sig`.
+fn save_header_case(sig: &str, bytes: &[u8]) -> Option<PathBuf> {
+    let dir = regressions_dir();
+    std::fs::create_dir_all(&dir).ok()?;
+    let p = dir.join(format!("header-{}.bin", &short_hash(sig.as_bytes())[..12]));
+    if !p.exists() {
+        std::fs::write(&p, bytes).ok()?;
+    }
+    Some(p)
+}
+
+/// Copies the store directory `case` (a damaged store) as a regression case.
+fn save_store_case(sig: &str, case: &Path, description: &str) -> Option<PathBuf> {
+    let dir = regressions_dir().join(format!("store-{}", &short_hash(sig.as_bytes())[..12]));
+    if dir.exists() {
+        return Some(dir);
+    }
+    std::fs::create_dir_all(&dir).ok()?;
+    for e in std::fs::read_dir(case).ok()? {
+        let e = e.ok()?;
+        std::fs::copy(e.path(), dir.join(e.file_name())).ok()?;
+    }
+    std::fs::write(
+        dir.join("FUZZ-CASE.txt"),
+        format!("finding: {sig}\n\n{description}\n"),
+    )
+    .ok()?;
+    Some(dir)
+}
+
+// ---------------------------------------------------------------------------
+// The runner: the cases run on a worker thread; this thread watches for hangs.
+
+/// What the watchdog needs to know about the case in progress.
+#[derive(Default)]
+struct Progress {
+    /// Bumped at every stage of every case.
+    ticks: AtomicU64,
+    stage: AtomicUsize,
+    /// The input being run: header bytes, or a store directory and its damage.
+    current: Mutex<Input>,
+    stop: AtomicBool,
+}
+
+#[derive(Clone, Default)]
+enum Input {
+    #[default]
+    None,
+    Header(Vec<u8>),
+    Store(PathBuf, String),
+}
+
+impl Progress {
+    fn at(&self, stage: Stage) {
+        self.stage
+            .store(STAGES.iter().position(|&s| s == stage).unwrap_or(0), Ordering::Relaxed);
+        self.ticks.fetch_add(1, Ordering::Relaxed);
+    }
+    fn set_input(&self, input: Input) {
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = input;
+    }
+}
+
+fn run_target<W>(name: &str, work: W) -> (Report, Duration)
+where
+    W: FnOnce(&Progress, &Mutex<Report>) + Send + 'static,
+{
+    install_hook();
+    let progress = Arc::new(Progress::default());
+    let report = Arc::new(Mutex::new(Report::default()));
+    let start = Instant::now();
+    let worker = {
+        let (p, r) = (progress.clone(), report.clone());
+        std::thread::Builder::new()
+            .name(format!("{name}-worker"))
+            .spawn(move || work(&p, &r))
+            .expect("spawn the fuzz worker")
+    };
+    let mut last = (u64::MAX, Instant::now());
+    loop {
+        if worker.is_finished() {
+            if let Err(e) = worker.join() {
+                std::panic::resume_unwind(e);
+            }
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let t = progress.ticks.load(Ordering::Relaxed);
+        if t != last.0 {
+            last = (t, Instant::now());
+            continue;
+        }
+        if last.1.elapsed() < hang_limit() {
+            continue;
+        }
+        // A hang: the worker cannot be stopped; it is left behind.
+        progress.stop.store(true, Ordering::Relaxed);
+        let stage = STAGES[progress.stage.load(Ordering::Relaxed)];
+        let input = progress
+            .current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let f = Finding {
+            stage,
+            fail: Fail::Hang,
+        };
+        let mut r = report.lock().unwrap_or_else(|e| e.into_inner());
+        match input {
+            Input::Header(b) => {
+                let d = format!("{} header bytes: {}", b.len(), hex(&b));
+                r.found(&f, &d, true, |sig| save_header_case(sig, &b));
+            }
+            Input::Store(dir, d) => {
+                r.found(&f, &d, true, |sig| save_store_case(sig, &dir, &d));
+            }
+            Input::None => r.found(&f, "(none)", false, |_| None),
+        }
+        break;
+    }
+    let elapsed = start.elapsed();
+    let r = std::mem::take(&mut *report.lock().unwrap_or_else(|e| e.into_inner()));
+    (r, elapsed)
+}
+
+fn hex(b: &[u8]) -> String {
+    let mut s = String::with_capacity(b.len() * 2);
+    for x in b {
+        let _ = write!(s, "{x:02x}");
+    }
+    s
+}
+
+// ---------------------------------------------------------------------------
+// Target 1: Header::decode.
+
+/// Byte offsets of the header's fixed fields: (offset, width). From 64 on, version
+/// 2 holds the index sums' checksum and the attributes' size and checksum, version
+/// 1 the item shape and shard sizes.
+const HEADER_FIELDS: [(usize, usize); 16] = [
+    (8, 4),  // version
+    (12, 1), // kind
+    (13, 1), // dtype
+    (14, 1), // codec
+    (15, 1), // data_shards
+    (16, 4), // ndim
+    (20, 4), // entry size
+    (24, 8), // record count
+    (32, 8), // index size
+    (40, 8), // index xxh3
+    (48, 8), // dict size
+    (56, 8), // dict xxh3
+    (64, 8), // v2: xxh3 of index.sum
+    (72, 8), // v2: attrs size
+    (80, 8), // v2: attrs xxh3
+    (88, 8), // v2: first item dim or shard size
+];
+
+fn random_schema(rng: &mut Rng) -> Schema {
+    let dtype = rng.pick(&ALL_DTYPES);
+    let codec = rng.pick(&[Codec::Raw, Codec::Zstd, Codec::ZstdDict]);
+    let shards = if rng.pct(90) {
+        1 + rng.below(4) as u8
+    } else {
+        1 + rng.below(255) as u8
+    };
+    if rng.pct(50) {
+        let most = if rng.pct(90) { 3 } else { 32 };
+        let ndim = rng.upto(most);
+        let top = if ndim > 3 { 2 } else { 6 };
+        let shape: Vec<u64> = (0..ndim).map(|_| rng.below(top)).collect();
+        Schema::dense(dtype, &shape, codec, shards).expect("a valid dense schema")
+    } else {
+        let most = if rng.pct(90) { 3 } else { 32 };
+        let ndim = 1 + rng.index(most);
+        Schema::ragged(dtype, ndim, codec, shards).expect("a valid ragged schema")
+    }
+}
+
+/// A valid header of a random schema, built from `template` (a header a
+/// [`Writer`] wrote) by changing its fields.
+fn random_header(rng: &mut Rng, template: &Header) -> Header {
+    let mut h = template.clone();
+    h.schema = random_schema(rng);
+    h.record_count = if rng.pct(80) {
+        rng.below(100)
+    } else {
+        rng.below(1 << 40)
+    };
+    h.index_size = h.record_count * h.schema.entry_size() as u64;
+    h.index_xxh3 = rng.next();
+    (h.dict_size, h.dict_xxh3) = if h.schema.codec == Codec::ZstdDict {
+        (1 + rng.below(1 << 16), rng.next())
+    } else {
+        (0, 0)
+    };
+    h.shard_sizes = (0..h.schema.data_shards)
+        .map(|_| rng.below(1 << 20))
+        .collect();
+    h.version = OLDEST_FORMAT_VERSION + rng.below((FORMAT_VERSION - OLDEST_FORMAT_VERSION + 1) as u64) as u32;
+    if h.version >= 2 {
+        h.index_sums_xxh3 = rng.next();
+        (h.attrs_size, h.attrs_xxh3) = if rng.pct(50) {
+            (1 + rng.below(MAX_ATTRS_BYTES), rng.next())
+        } else {
+            (0, 0)
+        };
+    } else {
+        (h.index_sums_xxh3, h.attrs_size, h.attrs_xxh3) = (0, 0, 0);
+    }
+    h
+}
+
+/// Replaces the last 8 bytes with the xxh3 of everything before them.
+fn reseal_bytes(b: &mut [u8]) {
+    if b.len() >= 16 {
+        let n = b.len() - 8;
+        let sum = xxh3_64(&b[..n]);
+        b[n..].copy_from_slice(&sum.to_le_bytes());
+    }
+}
+
+fn put_uint(b: &mut [u8], at: usize, width: usize, v: u64) {
+    if at + width <= b.len() {
+        b[at..at + width].copy_from_slice(&v.to_le_bytes()[..width]);
+    }
+}
+
+/// One header input: random bytes or a mutated valid header.
+fn header_input(rng: &mut Rng, template: &Header) -> Vec<u8> {
+    match rng.below(20) {
+        0..=1 => {
+            let n = rng.upto(200);
+            rng.bytes(n)
+        }
+        2..=3 => {
+            let n = rng.upto(200);
+            let mut b = MAGIC.to_vec();
+            b.extend(rng.bytes(n));
+            if rng.pct(50) {
+                put_uint(&mut b, 8, 4, 1);
+            }
+            if rng.pct(50) {
+                reseal_bytes(&mut b);
+            }
+            b
+        }
+        4..=5 => {
+            // Structurally inconsistent fields, encoded by the crate itself.
+            let mut h = random_header(rng, template);
+            match rng.below(7) {
+                6 => h.version = rng.pick(&[0, 1, 2, 3, u32::MAX]),
+                0 => h.schema.ndim = rng.upto(40),
+                1 => h.schema.item_shape = (0..rng.upto(5)).map(|_| rng.interesting_u64(&[])).collect(),
+                2 => h.schema.data_shards = rng.next() as u8,
+                3 => h.shard_sizes = (0..rng.upto(6)).map(|_| rng.next()).collect(),
+                4 => h.schema.kind = if h.schema.kind == Kind::Dense { Kind::Ragged } else { Kind::Dense },
+                _ => h.record_count = rng.interesting_u64(&[h.record_count]),
+            }
+            h.encode()
+        }
+        _ => {
+            let h = random_header(rng, template);
+            let mut b = h.encode();
+            let known = [
+                h.record_count,
+                h.index_size,
+                h.dict_size,
+                h.attrs_size,
+                MAX_ATTRS_BYTES,
+                h.version as u64,
+                h.schema.ndim as u64,
+                h.schema.entry_size() as u64,
+                b.len() as u64,
+            ];
+            for _ in 0..1 + rng.below(3) {
+                match rng.below(8) {
+                    0 | 1 => {
+                        let (at, w) = if rng.pct(70) {
+                            rng.pick(&HEADER_FIELDS)
+                        } else {
+                            (64 + 8 * rng.index(12), 8)
+                        };
+                        let v = rng.interesting_u64(&known);
+                        put_uint(&mut b, at, w, v);
+                    }
+                    2 if !b.is_empty() => {
+                        let i = rng.index(b.len());
+                        b[i] ^= 1 << rng.below(8);
+                    }
+                    3 if !b.is_empty() => {
+                        let i = rng.index(b.len());
+                        b[i] = rng.next() as u8;
+                    }
+                    4 => {
+                        let n = rng.upto(b.len());
+                        b.truncate(n);
+                    }
+                    5 => {
+                        let n = 1 + rng.index(64);
+                        if rng.pct(50) {
+                            b.extend(std::iter::repeat_n(0u8, n));
+                        } else {
+                            b.extend(rng.bytes(n));
+                        }
+                    }
+                    6 if b.len() > 16 => {
+                        // Insert or remove 8 bytes at a field boundary.
+                        let at = 8 * (1 + rng.index(b.len() / 8 - 1));
+                        if rng.pct(50) {
+                            let v = rng.interesting_u64(&known).to_le_bytes();
+                            b.splice(at..at, v);
+                        } else {
+                            b.drain(at..(at + 8).min(b.len()));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if rng.pct(75) {
+                reseal_bytes(&mut b);
+            }
+            b
+        }
+    }
+}
+
+/// Decodes `b`; a panic, an allocation over the cap, or an accepted header that
+/// does not survive `encode` then `decode` is a finding.
+fn check_header(b: &[u8], p: &Progress, r: &mut Report) -> Option<Finding> {
+    let name = Path::new("fuzz/header.bin");
+    p.at(Stage::HeaderDecode);
+    let (res, peak) = tracked(|| catch(|| Header::decode(b, name)));
+    let h = match res {
+        Err(panic) => {
+            r.count("decode panicked");
+            return Some(Finding {
+                stage: Stage::HeaderDecode,
+                fail: Fail::Panic(panic),
+            });
+        }
+        Ok(Err(_)) => {
+            r.count("decode Err");
+            None
+        }
+        Ok(Ok(h)) => {
+            r.count("decode Ok");
+            Some(h)
+        }
+    };
+    if peak > HEADER_ALLOC_CAP {
+        return Some(Finding {
+            stage: Stage::HeaderDecode,
+            fail: Fail::OverAlloc(peak),
+        });
+    }
+    let h = h?;
+    p.at(Stage::HeaderReencode);
+    match catch(|| Header::decode(&h.encode(), name)) {
+        Err(panic) => Some(Finding {
+            stage: Stage::HeaderReencode,
+            fail: Fail::Panic(panic),
+        }),
+        Ok(Ok(h2)) if h2 == h => None,
+        Ok(other) => Some(Finding {
+            stage: Stage::HeaderReencode,
+            fail: Fail::Wrong(
+                "accepted header does not round-trip",
+                format!("decoded {h:?}; its encoding decodes to {other:?}"),
+            ),
+        }),
+    }
+}
+
+/// A header a [`Writer`] wrote, to build valid headers from.
+fn template_header() -> Header {
+    let tmp = tempfile::tempdir().expect("a temporary directory");
+    let dest = tmp.path().join("t");
+    let schema = Schema::dense(DType::F32, &[2], Codec::Raw, 2).expect("schema");
+    let mut w = Writer::create(&dest, schema, None).expect("create");
+    w.append_dense(3, &[0u8; 24], Source::Memory, &Sequential)
+        .expect("append");
+    w.finish().expect("finish");
+    let hp = dest.join(HEADER_FILE);
+    Header::decode(&std::fs::read(&hp).expect("read header"), &hp).expect("decode header")
+}
+
+#[test]
+fn fuzz_header_decode() {
+    let budget = budget();
+    let seed = seed();
+    let template = template_header();
+    let (report, elapsed) = run_target("header", move |p, shared| {
+        let mut rng = Rng::new(seed);
+        let mut r = Report::default();
+        let start = Instant::now();
+        while start.elapsed() < budget && !p.stop.load(Ordering::Relaxed) {
+            for _ in 0..256 {
+                let b = header_input(&mut rng, &template);
+                p.set_input(Input::Header(b.clone()));
+                r.cases += 1;
+                if let Some(f) = check_header(&b, p, &mut r) {
+                    let d = format!("{} header bytes: {}", b.len(), hex(&b));
+                    r.found(&f, &d, true, |sig| save_header_case(sig, &b));
+                }
+            }
+            r.publish(shared);
+        }
+    });
+    report.finish("fuzz_header_decode", elapsed);
+}
+
+// ---------------------------------------------------------------------------
+// Targets 2 and 3: damaged stores.
+
+/// A pristine store: its files and the records it holds.
+struct Base {
+    desc: String,
+    schema: Schema,
+    files: BTreeMap<String, Vec<u8>>,
+    /// Each record's shape (Ragged) and logical bytes.
+    records: Vec<(Vec<u64>, Vec<u8>)>,
+}
+
+/// Record bytes: random, repetitive (so zstd has something to do) or zeros.
+fn record_bytes(rng: &mut Rng, n: usize) -> Vec<u8> {
+    match rng.below(3) {
+        0 => rng.bytes(n),
+        1 => {
+            let k = 1 + rng.index(7);
+            let pat = rng.bytes(k);
+            (0..n).map(|i| pat[i % pat.len()]).collect()
+        }
+        _ => vec![0; n],
+    }
+}
+
+/// Trains a dictionary from sample records, as a user of `zstd_dict` would.
+fn trained_dictionary(rng: &mut Rng) -> Vec<u8> {
+    let mut data = Vec::new();
+    let mut sizes = Vec::new();
+    for _ in 0..400 {
+        let n = 16 + rng.index(240);
+        data.extend(record_bytes(rng, n));
+        sizes.push(n);
+    }
+    train_dictionary(&data, &sizes, 2048).expect("train a dictionary")
+}
+
+fn build_base(rng: &mut Rng, kind: Kind, dicts: &[Vec<u8>], root: &Path, id: u64) -> Base {
+    let dtype = rng.pick(&ALL_DTYPES);
+    let codec = rng.pick(&[Codec::Raw, Codec::Zstd, Codec::ZstdDict]);
+    let shards = 1 + rng.below(4) as u8;
+    let isz = dtype.itemsize();
+    let n = rng.upto(10);
+    let (schema, records) = match kind {
+        Kind::Dense => {
+            let ndim = rng.upto(3);
+            let shape: Vec<u64> = (0..ndim)
+                .map(|_| if rng.pct(10) { 0 } else { 1 + rng.below(5) })
+                .collect();
+            let s = Schema::dense(dtype, &shape, codec, shards).expect("dense schema");
+            let rb = s.record_bytes().expect("small record") as usize;
+            let recs = (0..n)
+                .map(|_| (shape.clone(), record_bytes(rng, rb)))
+                .collect();
+            (s, recs)
+        }
+        Kind::Ragged => {
+            let ndim = 1 + rng.index(3);
+            let s = Schema::ragged(dtype, ndim, codec, shards).expect("ragged schema");
+            let recs = (0..n)
+                .map(|_| {
+                    let shape: Vec<u64> = (0..ndim)
+                        .map(|_| if rng.pct(15) { 0 } else { 1 + rng.below(6) })
+                        .collect();
+                    let elems: u64 = shape.iter().product();
+                    let b = record_bytes(rng, elems as usize * isz);
+                    (shape, b)
+                })
+                .collect();
+            (s, recs)
+        }
+    };
+    let dict = (codec == Codec::ZstdDict).then(|| dicts[rng.index(dicts.len())].clone());
+    let dest = root.join(format!("base-{id}"));
+    let mut w = Writer::create(&dest, schema.clone(), dict.as_deref()).expect("create");
+    // One to three appends, so that records span several write rounds.
+    let mut at = 0;
+    while at < records.len() {
+        let end = if rng.pct(50) {
+            records.len()
+        } else {
+            at + 1 + rng.index(records.len() - at)
+        };
+        let batch = &records[at..end];
+        let values: Vec<u8> = batch.iter().flat_map(|(_, b)| b.iter().copied()).collect();
+        match kind {
+            Kind::Dense => w
+                .append_dense(batch.len(), &values, Source::Memory, &Sequential)
+                .expect("append_dense"),
+            Kind::Ragged => {
+                let mut cu = vec![0i32];
+                for (_, b) in batch {
+                    cu.push(cu[cu.len() - 1] + (b.len() / isz) as i32);
+                }
+                let shapes: Vec<u64> = batch.iter().flat_map(|(s, _)| s.clone()).collect();
+                let view = RaggedView {
+                    values: &values,
+                    cu_seqlens: &cu,
+                    shapes: &shapes,
+                };
+                w.append_ragged(&view, Source::Memory, &Sequential)
+                    .expect("append_ragged")
+            }
+        }
+        at = end;
+    }
+    w.finish().expect("finish");
+    let mut files = BTreeMap::new();
+    for e in std::fs::read_dir(&dest).expect("read the store") {
+        let e = e.expect("entry");
+        files.insert(
+            e.file_name().to_string_lossy().into_owned(),
+            std::fs::read(e.path()).expect("read a store file"),
+        );
+    }
+    std::fs::remove_dir_all(&dest).expect("remove the base store");
+    let desc = format!(
+        "{:?} {} {} {} shard(s) ndim {} item_shape {:?}, {} record(s), shapes {:?}",
+        schema.kind,
+        schema.dtype.name(),
+        schema.codec.name(),
+        schema.data_shards,
+        schema.ndim,
+        schema.item_shape,
+        records.len(),
+        records.iter().map(|(s, _)| s.clone()).collect::<Vec<_>>()
+    );
+    Base {
+        desc,
+        schema,
+        files,
+        records,
+    }
+}
+
+type Files = BTreeMap<String, Vec<u8>>;
+
+/// The damage done to one store, and how the result may be judged.
+#[derive(Default)]
+struct Damage {
+    log: Vec<String>,
+    /// Some checksum was recomputed over damaged bytes: the store is a forgery
+    /// that no reader can tell from a genuine one without hashing the payload.
+    forged: bool,
+}
+
+fn header_of(files: &Files, base: &Base) -> Header {
+    let name = Path::new(HEADER_FILE);
+    files
+        .get(HEADER_FILE)
+        .and_then(|b| Header::decode(b, name).ok())
+        .unwrap_or_else(|| Header::decode(&base.files[HEADER_FILE], name).expect("pristine header"))
+}
+
+/// Recomputes the index checksum (and, if `all`, every size and checksum the
+/// header holds) over the files as they now are, with a valid header checksum.
+fn reseal(files: &mut Files, base: &Base, all: bool, d: &mut Damage) {
+    let mut h = header_of(files, base);
+    let index = files.get(INDEX_FILE).cloned().unwrap_or_default();
+    h.index_xxh3 = xxh3_64(&index);
+    if all {
+        h.index_size = index.len() as u64;
+        let es = h.schema.entry_size() as u64;
+        if es > 0 {
+            h.record_count = index.len() as u64 / es;
+        }
+        match files.get(DICT_FILE) {
+            Some(dict) => (h.dict_size, h.dict_xxh3) = (dict.len() as u64, xxh3_64(dict)),
+            None => (h.dict_size, h.dict_xxh3) = (0, 0),
+        }
+        h.shard_sizes = (0..h.shard_sizes.len())
+            .map(|s| files.get(&data_file(s)).map_or(0, |f| f.len() as u64))
+            .collect();
+    }
+    files.insert(HEADER_FILE.into(), h.encode());
+    d.forged = true;
+    d.log.push(format!(
+        "reseal: recompute {} in the header, valid header checksum",
+        if all {
+            "every size and checksum"
+        } else {
+            "the index checksum"
+        }
+    ));
+}
+
+/// A logical record size above [`ALLOC_CAP`] but at most 512 MiB (the format
+/// allows 2 GiB; a smaller figure finds the same bugs at less cost).
+fn huge_record_bytes(rng: &mut Rng) -> u64 {
+    (ALLOC_CAP as u64 * 2) << rng.below(3)
+}
+
+/// One random piece of damage.
+fn damage_once(rng: &mut Rng, files: &mut Files, base: &Base, d: &mut Damage) {
+    let names: Vec<String> = files.keys().cloned().collect();
+    let any_file = |rng: &mut Rng| names[rng.index(names.len())].clone();
+    let pristine = Header::decode(&base.files[HEADER_FILE], Path::new(HEADER_FILE)).expect("pristine");
+    let es = base.schema.entry_size();
+    let n_entries = files.get(INDEX_FILE).map_or(0, |i| i.len() / es);
+    let isz = base.schema.dtype.itemsize() as u64;
+    match rng.below(20) {
+        // Flip bits anywhere.
+        0..=3 => {
+            let f = any_file(rng);
+            let b = files.get_mut(&f).expect("file");
+            if b.is_empty() {
+                return;
+            }
+            let i = rng.index(b.len());
+            let mask = 1u8 << rng.below(8) | if rng.pct(20) { rng.next() as u8 } else { 0 };
+            b[i] ^= mask;
+            d.log.push(format!("flip {f}[{i}] ^= {mask:#04x}"));
+        }
+        // Truncate or extend a file.
+        4..=5 => {
+            let f = any_file(rng);
+            let b = files.get_mut(&f).expect("file");
+            if rng.pct(50) {
+                let n = rng.upto(b.len());
+                b.truncate(n);
+                d.log.push(format!("truncate {f} to {n} bytes"));
+            } else {
+                let k = 1 + rng.index(64);
+                let zeros = rng.pct(50);
+                let extra = if zeros { vec![0; k] } else { rng.bytes(k) };
+                b.extend(extra);
+                d.log.push(format!(
+                    "extend {f} by {k} {} bytes",
+                    if zeros { "zero" } else { "random" }
+                ));
+            }
+        }
+        // Remove a file, or add one that should not be there.
+        6 => {
+            if rng.pct(50) {
+                let f = any_file(rng);
+                files.remove(&f);
+                d.log.push(format!("remove {f}"));
+            } else {
+                let f = if rng.pct(50) {
+                    data_file(base.schema.data_shards as usize)
+                } else {
+                    DICT_FILE.to_string()
+                };
+                let n = rng.upto(64);
+                files.entry(f.clone()).or_insert_with(|| rng.bytes(n));
+                d.log.push(format!("add {f} ({n} random bytes) if absent"));
+            }
+        }
+        // Overwrite a field of an index entry, usually with the index checksum
+        // recomputed so that open's index checksum does not catch it.
+        7..=12 if n_entries > 0 => {
+            let i = rng.index(n_entries);
+            let idx = files.get_mut(INDEX_FILE).expect("index");
+            let e = &mut idx[i * es..(i + 1) * es];
+            let offset = u64::from_le_bytes(e[0..8].try_into().expect("8"));
+            let len = u32::from_le_bytes(e[8..12].try_into().expect("4")) as u64;
+            let shard = e[12] as usize;
+            let shard_len = pristine.shard_sizes.get(shard).copied().unwrap_or(0);
+            let near = [offset, len, shard_len, offset.wrapping_add(len)];
+            let ndim = base.schema.ndim;
+            let fields = if base.schema.kind == Kind::Ragged { 6 } else { 5 };
+            let what = match rng.below(fields) {
+                0 => {
+                    let v = match rng.below(4) {
+                        // offset + length wraps past u64::MAX.
+                        0 => (u64::MAX - len.saturating_sub(1)).wrapping_add(rng.below(3)),
+                        1 => shard_len.saturating_sub(len) + rng.below(3),
+                        _ => rng.interesting_u64(&near),
+                    };
+                    e[0..8].copy_from_slice(&v.to_le_bytes());
+                    format!("offset = {v}")
+                }
+                1 => {
+                    let v = rng.interesting_u64(&near) as u32;
+                    e[8..12].copy_from_slice(&v.to_le_bytes());
+                    format!("stored length = {v}")
+                }
+                2 => {
+                    let v = if rng.pct(50) {
+                        base.schema.data_shards.wrapping_add(rng.below(2) as u8)
+                    } else {
+                        rng.next() as u8
+                    };
+                    e[12] = v;
+                    format!("shard = {v}")
+                }
+                3 => {
+                    let k = 13 + rng.index(3);
+                    e[k] = 1 + rng.below(255) as u8;
+                    format!("reserved byte {k} = {}", e[k])
+                }
+                4 => {
+                    let v = rng.next();
+                    e[16..24].copy_from_slice(&v.to_le_bytes());
+                    format!("checksum = {v:#x}")
+                }
+                _ => {
+                    // A Ragged shape: one dimension, or all of them at once.
+                    if rng.pct(25) {
+                        let total = huge_record_bytes(rng) / isz;
+                        for k in 0..ndim {
+                            let v = if k == 0 { total } else { 1 };
+                            e[24 + 8 * k..32 + 8 * k].copy_from_slice(&v.to_le_bytes());
+                        }
+                        format!("shape = [{total}, 1, ...] ({} bytes)", total * isz)
+                    } else {
+                        let k = rng.index(ndim);
+                        let cur = u64::from_le_bytes(e[24 + 8 * k..32 + 8 * k].try_into().expect("8"));
+                        let v = rng.interesting_u64(&[cur, (1 << 31) / isz]);
+                        e[24 + 8 * k..32 + 8 * k].copy_from_slice(&v.to_le_bytes());
+                        format!("shape[{k}] = {v}")
+                    }
+                }
+            };
+            d.log.push(format!("index entry {i}: {what}"));
+            if rng.pct(85) {
+                reseal(files, base, false, d);
+            }
+        }
+        // Swap two index entries (a consistent forgery).
+        13 if n_entries > 1 => {
+            let (a, b) = (rng.index(n_entries), rng.index(n_entries));
+            let idx = files.get_mut(INDEX_FILE).expect("index");
+            let ea = idx[a * es..(a + 1) * es].to_vec();
+            let eb = idx[b * es..(b + 1) * es].to_vec();
+            idx[a * es..(a + 1) * es].copy_from_slice(&eb);
+            idx[b * es..(b + 1) * es].copy_from_slice(&ea);
+            d.log.push(format!("swap index entries {a} and {b}"));
+            reseal(files, base, false, d);
+        }
+        // Rewrite a header field, keeping the header checksum valid.
+        14..=18 => {
+            let mut h = header_of(files, base);
+            let near = [h.record_count, h.index_size, h.dict_size];
+            let what = match rng.below(12) {
+                0 => {
+                    h.record_count = rng.interesting_u64(&near);
+                    format!("record_count = {}", h.record_count)
+                }
+                1 => {
+                    h.index_size = rng.interesting_u64(&near);
+                    format!("index_size = {}", h.index_size)
+                }
+                2 => {
+                    h.dict_size = rng.interesting_u64(&near);
+                    format!("dict_size = {}", h.dict_size)
+                }
+                3 if !h.shard_sizes.is_empty() => {
+                    let k = rng.index(h.shard_sizes.len());
+                    h.shard_sizes[k] = rng.interesting_u64(&[h.shard_sizes[k]]);
+                    format!("shard_sizes[{k}] = {}", h.shard_sizes[k])
+                }
+                4 if h.schema.kind == Kind::Dense => {
+                    // A record far larger than the store: nothing may allocate it.
+                    let total = huge_record_bytes(rng) / isz;
+                    h.schema.item_shape = vec![total];
+                    h.schema.ndim = 1;
+                    format!("item_shape = [{total}] ({} bytes a record)", total * isz)
+                }
+                5 if h.schema.kind == Kind::Dense => {
+                    let nd = rng.upto(3);
+                    h.schema.item_shape = (0..nd)
+                        .map(|_| if rng.pct(50) { rng.below(9) } else { rng.interesting_u64(&[]) })
+                        .collect();
+                    h.schema.ndim = nd;
+                    format!("item_shape = {:?}", h.schema.item_shape)
+                }
+                6 => {
+                    h.schema.dtype = rng.pick(&ALL_DTYPES);
+                    format!("dtype = {}", h.schema.dtype.name())
+                }
+                7 => {
+                    h.schema.codec = rng.pick(&[Codec::Raw, Codec::Zstd, Codec::ZstdDict]);
+                    format!("codec = {}", h.schema.codec.name())
+                }
+                8 => {
+                    h.schema.ndim = if rng.pct(80) { rng.upto(4) } else { rng.upto(40) };
+                    if h.schema.kind == Kind::Dense {
+                        h.schema.item_shape.resize(h.schema.ndim, 1);
+                    }
+                    format!("ndim = {}", h.schema.ndim)
+                }
+                9 => {
+                    h.schema.kind = match h.schema.kind {
+                        Kind::Dense => Kind::Ragged,
+                        Kind::Ragged => Kind::Dense,
+                    };
+                    h.schema.ndim = h.schema.ndim.max(1);
+                    h.schema.item_shape = match h.schema.kind {
+                        Kind::Dense => vec![1; h.schema.ndim],
+                        Kind::Ragged => Vec::new(),
+                    };
+                    format!("kind = {:?}", h.schema.kind)
+                }
+                10 => {
+                    let s = 1 + rng.below(6) as u8;
+                    h.schema.data_shards = s;
+                    if rng.pct(70) {
+                        h.shard_sizes.resize(s as usize, 0);
+                    }
+                    format!("data_shards = {s} ({} sizes)", h.shard_sizes.len())
+                }
+                _ => {
+                    h.index_xxh3 = rng.next();
+                    h.dict_xxh3 = if rng.pct(50) { rng.next() } else { h.dict_xxh3 };
+                    "index_xxh3, dict_xxh3 = random".to_string()
+                }
+            };
+            files.insert(HEADER_FILE.into(), h.encode());
+            d.forged = true;
+            d.log.push(format!("header (valid checksum): {what}"));
+        }
+        // Damage inside the payload only, in place.
+        _ => {
+            let shard = rng.index(base.schema.data_shards as usize);
+            let f = data_file(shard);
+            let Some(b) = files.get_mut(&f) else { return };
+            if b.is_empty() {
+                return;
+            }
+            let i = rng.index(b.len());
+            let n = (1 + rng.index(8)).min(b.len() - i);
+            for x in &mut b[i..i + n] {
+                *x = x.wrapping_add(1 + rng.below(255) as u8);
+            }
+            d.log.push(format!("payload {f}[{i}..{}] changed", i + n));
+        }
+    }
+}
+
+/// What the damaged files look like next to the pristine ones.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Change {
+    /// Byte for byte the store that was written.
+    None,
+    /// Only bytes inside data files changed, every file keeping its size.
+    PayloadOnly,
+    /// Anything else.
+    Other,
+}
+
+fn classify(files: &Files, base: &Base) -> (Change, bool) {
+    let mut payload = false;
+    let mut other = false;
+    for name in files.keys().chain(base.files.keys()) {
+        match (files.get(name), base.files.get(name)) {
+            (Some(a), Some(b)) if a == b => {}
+            (Some(a), Some(b)) if a.len() == b.len() && name.starts_with("data-") => payload = true,
+            _ => other = true,
+        }
+    }
+    let change = match (payload, other) {
+        (false, false) => Change::None,
+        (true, false) => Change::PayloadOnly,
+        _ => Change::Other,
+    };
+    (change, payload)
+}
+
+/// What the checks may assume about a store's contents.
+struct Expect<'a> {
+    base: &'a Base,
+    change: Change,
+    payload_changed: bool,
+    forged: bool,
+}
+
+impl Expect<'_> {
+    /// An Ok gather must return exactly the records written: the store is intact,
+    /// or damaged only where open checks (header, index and dictionary
+    /// checksums, sizes) must catch it. Damaged payload bytes are caught only by
+    /// `verify` (and by zstd when they break a frame): a gather does not hash
+    /// what it reads, so it may return them. Forged stores (checksums recomputed
+    /// over damaged bytes) are consistent by construction; anything but a panic,
+    /// a hang or an over-allocation is acceptable from them.
+    fn data_must_match(&self) -> bool {
+        !self.forged && !self.payload_changed
+    }
+}
+
+/// Runs every read entry point of the store at `dir`. `expect` is `None` when
+/// replaying a saved case.
+fn check_store(
+    dir: &Path,
+    expect: Option<&Expect<'_>>,
+    rng: &mut Rng,
+    p: &Progress,
+    r: &mut Report,
+) -> Vec<Finding> {
+    let mut found = Vec::new();
+    macro_rules! call {
+        ($stage:expr, $body:expr) => {{
+            p.at($stage);
+            let (res, peak) = tracked(|| catch(|| $body));
+            if peak > ALLOC_CAP {
+                found.push(Finding {
+                    stage: $stage,
+                    fail: Fail::OverAlloc(peak),
+                });
+            }
+            match res {
+                Ok(v) => v,
+                Err(panic) => {
+                    r.count(format!("panic in {}", $stage.name()));
+                    found.push(Finding {
+                        stage: $stage,
+                        fail: Fail::Panic(panic),
+                    });
+                    return found;
+                }
+            }
+        }};
+    }
+    let wrong = |stage: Stage, what: &'static str, detail: String| Finding {
+        stage,
+        fail: Fail::Wrong(what, detail),
+    };
+    let intact = expect.is_some_and(|e| e.change == Change::None);
+    let must_match = expect.is_some_and(|e| e.data_must_match());
+
+    let store = match call!(Stage::Open, Store::open(dir)) {
+        Ok(s) => s,
+        Err(e) => {
+            r.count("open Err");
+            if intact {
+                found.push(wrong(Stage::Open, "an intact store does not open", e.to_string()));
+            }
+            return found;
+        }
+    };
+    r.count("open Ok");
+    let len = store.len();
+    let schema = store.schema().clone();
+    if must_match {
+        let base = expect.map(|e| e.base).expect("expectation");
+        if len != base.records.len() as u64 || schema != base.schema {
+            found.push(wrong(
+                Stage::Open,
+                "opened with another schema or record count",
+                format!("{schema:?}, {len} records; written {:?}, {} records", base.schema, base.records.len()),
+            ));
+            return found;
+        }
+    }
+
+    // Accessors of in-range positions.
+    let probe: Vec<u64> = (0..len.min(4)).chain((len > 4).then(|| len - 1)).collect();
+    call!(Stage::Accessors, {
+        for &i in &probe {
+            std::hint::black_box(store.entry(i));
+            if schema.kind == Kind::Ragged {
+                std::hint::black_box(store.shape(i));
+            }
+        }
+    });
+
+    // Random gathers, some positions out of range.
+    let pars: [&dyn Parallel; 3] = [&Sequential, &Split(2), &Split(5)];
+    for _ in 0..3 {
+        let k = rng.upto(8);
+        let idx: Vec<u64> = (0..k)
+            .map(|_| match rng.below(20) {
+                _ if len == 0 => rng.below(3),
+                0 => len + rng.below(3),
+                1 => u64::MAX - rng.below(2),
+                _ => rng.below(len),
+            })
+            .collect();
+        let in_range = idx.iter().all(|&i| i < len);
+        let par = pars[rng.index(pars.len())];
+        match schema.kind {
+            Kind::Dense => {
+                let rb = schema.record_bytes().unwrap_or(0) as usize;
+                let Some(need) = idx.len().checked_mul(rb).filter(|&n| n <= OUT_CAP) else {
+                    r.count("gather skipped: output over the harness cap");
+                    // A wrong-sized buffer must be refused, whatever the size.
+                    let res = call!(Stage::GatherDense, store.gather_dense(&idx, &mut [0u8; 8], par));
+                    if res.is_ok() {
+                        found.push(wrong(Stage::GatherDense, "accepted a wrong-sized output", format!("{idx:?}")));
+                    }
+                    continue;
+                };
+                let mut out = vec![0u8; need];
+                let res = call!(Stage::GatherDense, store.gather_dense(&idx, &mut out, par));
+                match &res {
+                    Ok(()) => r.count("gather_dense Ok"),
+                    Err(_) => r.count("gather_dense Err"),
+                }
+                if res.is_ok() && !in_range {
+                    found.push(wrong(Stage::GatherDense, "Ok with a position out of range", format!("{idx:?} of {len}")));
+                }
+                if let (Ok(()), true) = (&res, must_match && in_range && rb > 0) {
+                    let base = expect.map(|e| e.base).expect("expectation");
+                    for (j, &i) in idx.iter().enumerate() {
+                        if out[j * rb..(j + 1) * rb] != base.records[i as usize].1[..] {
+                            found.push(wrong(
+                                Stage::GatherDense,
+                                "returned bytes that differ from the record written",
+                                format!("position {i}"),
+                            ));
+                            break;
+                        }
+                    }
+                }
+                if intact && in_range && res.is_err() {
+                    found.push(wrong(Stage::GatherDense, "Err on an intact store", format!("{res:?}")));
+                }
+            }
+            Kind::Ragged => {
+                let layout = match call!(Stage::RaggedLayout, store.ragged_layout(&idx)) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        r.count("ragged_layout Err");
+                        if intact && in_range {
+                            found.push(wrong(Stage::RaggedLayout, "Err on an intact store", e.to_string()));
+                        }
+                        continue;
+                    }
+                };
+                r.count("ragged_layout Ok");
+                if !in_range {
+                    found.push(wrong(Stage::RaggedLayout, "Ok with a position out of range", format!("{idx:?} of {len}")));
+                    continue;
+                }
+                if layout.total > OUT_CAP {
+                    r.count("gather skipped: output over the harness cap");
+                    continue;
+                }
+                let mut out = vec![0u8; layout.total];
+                let res = call!(Stage::GatherRagged, store.gather_ragged(&idx, &layout, &mut out, par));
+                match &res {
+                    Ok(()) => r.count("gather_ragged Ok"),
+                    Err(_) => r.count("gather_ragged Err"),
+                }
+                if intact && res.is_err() {
+                    found.push(wrong(Stage::GatherRagged, "Err on an intact store", format!("{res:?}")));
+                }
+                if let (Ok(()), true) = (&res, must_match) {
+                    let base = expect.map(|e| e.base).expect("expectation");
+                    let isz = schema.dtype.itemsize();
+                    let mut values = Vec::new();
+                    let mut cu = vec![0i32];
+                    let mut shapes = Vec::new();
+                    for &i in &idx {
+                        let (shape, bytes) = &base.records[i as usize];
+                        values.extend_from_slice(bytes);
+                        cu.push(cu[cu.len() - 1] + (bytes.len() / isz) as i32);
+                        shapes.extend(shape.iter().flat_map(|d| d.to_le_bytes()));
+                    }
+                    let cu: Vec<u8> = cu.iter().flat_map(|c| c.to_le_bytes()).collect();
+                    let got_cu = &out[layout.cu_offset..layout.cu_offset + cu.len()];
+                    let got_shapes = &out[layout.shapes_offset..layout.total];
+                    if out[..layout.values_bytes] != values[..] || got_cu != &cu[..] || got_shapes != &shapes[..] {
+                        found.push(wrong(
+                            Stage::GatherRagged,
+                            "returned a batch that differs from the records written",
+                            format!("positions {idx:?}"),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+
+    // The other kind's gather must be refused.
+    if rng.pct(20) {
+        let res = call!(Stage::WrongKind, match schema.kind {
+            Kind::Dense => store.ragged_layout(&[0]).map(|_| ()),
+            Kind::Ragged => store.gather_dense(&[], &mut [], &Sequential),
+        });
+        if res.is_ok() {
+            found.push(wrong(Stage::WrongKind, "a gather of the other kind succeeded", String::new()));
+        }
+    }
+
+    let par = pars[rng.index(pars.len())];
+    let res = call!(Stage::Verify, store.verify(par));
+    match &res {
+        Ok(()) => r.count("verify Ok"),
+        Err(_) => r.count("verify Err"),
+    }
+    if let Some(e) = expect {
+        if e.change == Change::None && res.is_err() {
+            found.push(wrong(Stage::Verify, "rejects an intact store", format!("{res:?}")));
+        }
+        if !e.forged && e.payload_changed && res.is_ok() {
+            found.push(wrong(Stage::Verify, "missed damaged payload bytes", String::new()));
+        }
+        if !e.forged && e.payload_changed {
+            r.count(if res.is_ok() { "payload damage: verify Ok" } else { "payload damage: verify Err" });
+        }
+    }
+    found
+}
+
+fn write_files(dir: &Path, files: &Files) {
+    std::fs::create_dir_all(dir).expect("create the case directory");
+    for (name, bytes) in files {
+        std::fs::write(dir.join(name), bytes).expect("write a case file");
+    }
+}
+
+fn fuzz_stores(kind: Kind, target: &str) {
+    let budget = budget();
+    let seed = seed() ^ (kind as u64 + 1).wrapping_mul(0xA076_1D64_78BD_642F);
+    let (report, elapsed) = run_target(target, move |p, shared| {
+        p.at(Stage::Setup);
+        let mut r = Report::default();
+        let mut rng = Rng::new(seed);
+        let tmp = tempfile::tempdir().expect("a temporary directory");
+        let dicts: Vec<Vec<u8>> = (0..2).map(|_| trained_dictionary(&mut rng)).collect();
+        let mut next_id = 0u64;
+        let mut bases: Vec<Base> = (0..16)
+            .map(|_| {
+                p.at(Stage::Setup);
+                next_id += 1;
+                build_base(&mut rng, kind, &dicts, tmp.path(), next_id)
+            })
+            .collect();
+        let start = Instant::now();
+        let mut case = 0u64;
+        while start.elapsed() < budget && !p.stop.load(Ordering::Relaxed) {
+            case += 1;
+            if case % 256 == 0 {
+                p.at(Stage::Setup);
+                next_id += 1;
+                let k = rng.index(bases.len());
+                bases[k] = build_base(&mut rng, kind, &dicts, tmp.path(), next_id);
+            }
+            let base = &bases[rng.index(bases.len())];
+            let mut files = base.files.clone();
+            let mut d = Damage::default();
+            // 1 in 32 cases is left intact: it must read back exactly.
+            if rng.below(32) != 0 {
+                for _ in 0..1 + rng.below(3) {
+                    damage_once(&mut rng, &mut files, base, &mut d);
+                }
+                if rng.pct(25) {
+                    let all = rng.pct(70);
+                    reseal(&mut files, base, all, &mut d);
+                }
+            }
+            let (change, payload_changed) = classify(&files, base);
+            let expect = Expect {
+                base,
+                change,
+                payload_changed,
+                forged: d.forged,
+            };
+            let dir = tmp.path().join(format!("case-{case}"));
+            write_files(&dir, &files);
+            let description = format!(
+                "seed {seed:#x} case {case}\nstore: {}\ndamage:\n  {}\n",
+                base.desc,
+                if d.log.is_empty() { "(none)".into() } else { d.log.join("\n  ") }
+            );
+            p.set_input(Input::Store(dir.clone(), description.clone()));
+            r.cases += 1;
+            r.count(match (change, d.forged) {
+                (Change::None, _) => "case: intact",
+                (_, true) => "case: forged (checksums recomputed)",
+                (Change::PayloadOnly, false) => "case: payload damaged only",
+                (Change::Other, false) => "case: damaged, checksums not recomputed",
+            });
+            let mut case_rng = Rng::new(rng.next());
+            for f in check_store(&dir, Some(&expect), &mut case_rng, p, &mut r) {
+                r.found(&f, &description, true, |sig| save_store_case(sig, &dir, &description));
+            }
+            let _ = std::fs::remove_dir_all(&dir);
+            if case % 64 == 0 {
+                r.publish(shared);
+            }
+        }
+        r.publish(shared);
+    });
+    report.finish(target, elapsed);
+}
+
+#[test]
+fn fuzz_dense_stores() {
+    fuzz_stores(Kind::Dense, "fuzz_dense_stores");
+}
+
+#[test]
+fn fuzz_ragged_stores() {
+    fuzz_stores(Kind::Ragged, "fuzz_ragged_stores");
+}
+
+// ---------------------------------------------------------------------------
+// Replaying saved regressions.
+
+#[test]
+fn replay_fuzz_regressions() {
+    let dir = regressions_dir();
+    let (report, elapsed) = run_target("replay", move |p, shared| {
+        let mut r = Report::default();
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return;
+        };
+        let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        paths.sort();
+        for path in paths {
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if path.is_dir() {
+                r.cases += 1;
+                p.set_input(Input::Store(path.clone(), name.clone()));
+                let mut rng = Rng::new(xxh3_64(name.as_bytes()));
+                // Several passes: the gathers pick random positions.
+                for _ in 0..8 {
+                    for f in check_store(&path, None, &mut rng, p, &mut r) {
+                        r.found(&f, &name, false, |_| None);
+                    }
+                }
+            } else if name.ends_with(".bin") {
+                r.cases += 1;
+                let b = std::fs::read(&path).expect("read a saved header");
+                p.set_input(Input::Header(b.clone()));
+                if let Some(f) = check_header(&b, p, &mut r) {
+                    r.found(&f, &name, false, |_| None);
+                }
+            }
+            r.publish(shared);
+        }
+    });
+    report.finish("replay_fuzz_regressions", elapsed);
+}
