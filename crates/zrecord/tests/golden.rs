@@ -1,0 +1,182 @@
+//! Golden bytes: the exact files the writer produces for fixed input. Any change
+//! to the bytes on disk, intended or not, fails here; an intended one is a format
+//! change and must come with a new format version and a `docs/FORMAT.md` update.
+//!
+//! The expected files live in `tests/golden/<case>/`. To write them anew after a
+//! deliberate format change, run `ZRECORD_BLESS=1 cargo test -p zrecord --test golden`
+//! and review the diff.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use zrecord::{
+    Codec, DType, Header, RaggedView, Schema, Sequential, Source, Store, Writer, FORMAT_VERSION,
+};
+
+fn golden_dir(case: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(case)
+}
+
+/// Fixed, varied input: every byte value appears, and runs compress.
+fn dense_input() -> Vec<u8> {
+    (0..5 * 12)
+        .map(|i: u32| ((i * 37) % 251) as u8 ^ if i % 12 < 4 { 0 } else { 0x55 })
+        .collect()
+}
+
+fn write_dense(dest: &Path, codec: Codec, dict: Option<&[u8]>) {
+    let schema = Schema::dense(DType::U8, &[3, 4], codec, 2).unwrap();
+    let mut w = Writer::create(dest, schema, dict).unwrap();
+    let data = dense_input();
+    w.append_dense(5, &data, Source::Memory, &Sequential)
+        .unwrap();
+    w.finish().unwrap();
+}
+
+fn write_ragged(dest: &Path) {
+    let schema = Schema::ragged(DType::I16, 2, Codec::Raw, 3).unwrap();
+    let mut w = Writer::create(dest, schema, None).unwrap();
+    let values: Vec<u8> = (0i16..14)
+        .flat_map(|v| (v * 1000 - 7000).to_le_bytes())
+        .collect();
+    let view = RaggedView {
+        values: &values,
+        cu_seqlens: &[0, 6, 6, 8, 14],
+        shapes: &[2, 3, 0, 5, 1, 2, 3, 2],
+    };
+    w.append_ragged(&view, Source::Memory, &Sequential).unwrap();
+    w.set_attrs(br#"{"source":"golden"}"#).unwrap();
+    w.finish().unwrap();
+}
+
+fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn check(case: &str, write: impl FnOnce(&Path)) {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    write(&store);
+    let got = files(&store);
+    let dir = golden_dir(case);
+    if std::env::var_os("ZRECORD_BLESS").is_some() {
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        for (name, bytes) in &got {
+            fs::write(dir.join(name), bytes).unwrap();
+        }
+    }
+    let want = files(&dir);
+    let names = |v: &[(String, Vec<u8>)]| v.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    assert_eq!(
+        names(&got),
+        names(&want),
+        "{case}: the store's files changed"
+    );
+    for ((name, g), (_, w)) in got.iter().zip(&want) {
+        let first = g.iter().zip(w).position(|(a, b)| a != b);
+        assert!(
+            g == w,
+            "{case}/{name}: bytes differ from the golden file (lengths {} and {}, first \
+             difference at {first:?})",
+            g.len(),
+            w.len()
+        );
+    }
+}
+
+#[test]
+fn dense_raw_bytes_are_pinned() {
+    check("dense-raw", |p| write_dense(p, Codec::Raw, None));
+}
+
+#[test]
+fn dense_zstd_bytes_are_pinned() {
+    check("dense-zstd", |p| write_dense(p, Codec::Zstd, None));
+}
+
+#[test]
+fn dense_zstd_dict_bytes_are_pinned() {
+    let dict: Vec<u8> = (0..256u32).map(|i| (i * 7 % 256) as u8).collect();
+    check("dense-zstd-dict", |p| {
+        write_dense(p, Codec::ZstdDict, Some(&dict))
+    });
+}
+
+#[test]
+fn ragged_raw_bytes_with_attributes_are_pinned() {
+    check("ragged-raw-attrs", write_ragged);
+}
+
+/// The header fields of a golden store, spelled out: the table in
+/// `docs/FORMAT.md` must describe these same bytes.
+#[test]
+fn the_golden_header_reads_as_documented() {
+    let raw = fs::read(golden_dir("ragged-raw-attrs").join("header.bin")).unwrap();
+    assert_eq!(&raw[0..8], b"ZRECORD\0");
+    let u32_at = |at: usize| u32::from_le_bytes(raw[at..at + 4].try_into().unwrap());
+    let u64_at = |at: usize| u64::from_le_bytes(raw[at..at + 8].try_into().unwrap());
+    assert_eq!(u32_at(8), FORMAT_VERSION);
+    assert_eq!(&raw[12..16], &[1, DType::I16 as u8, 0, 3]); // Ragged, int16, raw, 3 files
+    assert_eq!(u32_at(16), 2); // ndim
+    assert_eq!(u32_at(20), 24 + 16); // entry size
+    assert_eq!(u64_at(24), 4); // records
+    assert_eq!(u64_at(32), 4 * 40); // index bytes
+    assert_eq!(u64_at(48), 0); // no dictionary
+    assert_eq!(u64_at(72), br#"{"source":"golden"}"#.len() as u64);
+    // Ragged has no item shape: the three data file sizes follow, then the sum.
+    assert_eq!(raw.len(), 88 + 3 * 8 + 8);
+    let header = Header::decode(&raw, Path::new("header.bin")).unwrap();
+    assert_eq!(header.shard_sizes.iter().sum::<u64>(), 14 * 2);
+    assert_eq!(
+        header.checksum,
+        xxhash_rust::xxh3::xxh3_64(&raw[..raw.len() - 8])
+    );
+}
+
+#[test]
+fn golden_stores_read_back_their_input() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dense = tmp.path().join("dense");
+    for (k, (name, bytes)) in files(&golden_dir("dense-zstd")).into_iter().enumerate() {
+        if k == 0 {
+            fs::create_dir(&dense).unwrap();
+        }
+        fs::write(dense.join(name), bytes).unwrap();
+    }
+    let store = Store::open(&dense).unwrap();
+    let mut out = vec![0u8; 5 * 12];
+    store
+        .gather_dense(&[0, 1, 2, 3, 4], &mut out, &Sequential)
+        .unwrap();
+    assert_eq!(out, dense_input());
+    store.verify(&Sequential).unwrap();
+}
+
+/// A store in format version 1 (no index block checksums, no attributes), as the
+/// first writer produced it: it keeps opening, reading and verifying.
+#[test]
+fn version_1_stores_still_open() {
+    let store = Store::open(&golden_dir("v1-dense-zstd")).unwrap();
+    assert_eq!(store.header().version, 1);
+    assert_eq!(store.attrs(), None);
+    let mut out = vec![0u8; 5 * 12];
+    store
+        .gather_dense(&[0, 1, 2, 3, 4], &mut out, &Sequential)
+        .unwrap();
+    assert_eq!(out, dense_input());
+    store.verify(&Sequential).unwrap();
+}
