@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
 # Makes the two environments the benchmarks run in:
-#   .venv       loaderx built from this checkout plus the `bench` extra of
-#               pyproject.toml (torch, pyarrow, h5py, lmdb, array-record, pylance,
-#               matplotlib and what prepare_tokens.py / prepare_vision.py need),
-#               through scripts/setup_venv.sh; EXTRAS adds others, e.g.
-#               EXTRAS=test,bench.
+#   .venv       loaderx built from this checkout (scripts/setup_venv.sh, with the
+#               extras in EXTRAS, default test) plus the benchmark package
+#               benchmarks/ (loaderx_bench), installed editable with its
+#               dependencies: torch, pyarrow, h5py, lmdb, array-record, pylance,
+#               matplotlib and what the dataset preparation needs.
 #   .venv-peer  the published loaderx 2.8.6 (and NumPy) that the bench scripts
 #               measure as "loaderx 2.8.6"; PEER_VENV picks another folder.
 # Running it again updates both; packages already installed are kept.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-EXTRAS="${EXTRAS:-bench}"
+# setup_venv.sh installs ".[$EXTRAS]", which pip refuses with no extra named.
+EXTRAS="${EXTRAS:-test}"
 # shellcheck source=setup_venv.sh
 source scripts/setup_venv.sh
+.venv/bin/python -m pip install -q -e benchmarks/
 peer="${PEER_VENV:-.venv-peer}"
 [ -x "$peer/bin/python" ] || python3 -m venv "$peer"
 "$peer/bin/python" -m pip install -q --upgrade pip
 "$peer/bin/python" -m pip install -q "loaderx==2.8.6" numpy
-echo ".venv: loaderx from this checkout + [$EXTRAS]; $peer: loaderx $("$peer/bin/python" -c \
+echo ".venv: loaderx from this checkout + [$EXTRAS] + benchmarks/; $peer: loaderx $("$peer/bin/python" -c \
     'import importlib.metadata as m; print(m.version("loaderx"))')"

@@ -329,7 +329,7 @@ class Hdf5(Peer):
       looks each dataset up by name and ``read_direct``s it into the packed output.
       Dense: one (n, *item_shape) dataset chunked one record per chunk; a gather
       ``read_direct``s each record into the stacked output (h5py's fancy indexing
-      over the batch's chunks was 55-75x slower on 147 KiB image records)."""
+      over the batch's chunks is far slower on image records)."""
 
     module = "h5py"
     codecs = ("vlen", "raw", "gzip")
@@ -451,7 +451,7 @@ class ArrowIpc(Peer):
             return _pack_table(self._table.take(idx), self.ndim, self.dtype)
         groups, rows = _remap(idx, self._starts)
         batches = [self._reader.get_batch(int(g)) for g in groups]
-        # One chunk before take: take across many chunks is about twice as slow.
+        # One chunk before take: take across many chunks is slower.
         t = pa.Table.from_batches(batches).combine_chunks().take(rows)
         return _pack_table(t, self.ndim, self.dtype)
 

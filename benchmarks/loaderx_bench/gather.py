@@ -1,183 +1,38 @@
-"""Helpers shared by the ``bench_*.py`` scripts.
+"""The random-gather harness of ``loaderx_bench.ragged`` and ``loaderx_bench.dense``.
 
-Only the standard library and NumPy are imported here (and ``_peers``, which is
-likewise, by ``store_worker``), so a script can also run under another interpreter
-(a peer's virtual environment) as a worker process.
+Both run one worker process per backend and round. A worker writes (first round)
+or reopens (later rounds) one store through a ``loaderx_bench.peers`` adapter,
+verifies it, warms it up and times fresh IID batches; the main process interleaves
+the backends over the rounds, keeps each one's median round and prints a table.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import datetime
-import fcntl
-import json
 import os
-import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
-GIB = 1024**3
-MIB = 1024**2
-
-
-def machine() -> str:
-    """One line describing the CPU, the cores this process may use, RAM and software."""
-    model = "unknown CPU"
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            model = line.split(":", 1)[1].strip()
-            break
-    ram_kib = 0
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemTotal:"):
-            ram_kib = int(line.split()[1])
-    cores = len(os.sched_getaffinity(0))
-    return (
-        f"{model}, {cores} cores, {ram_kib / 1024**2:.1f} GiB RAM, "
-        f"Linux {platform.release()}, Python {platform.python_version()}, "
-        f"NumPy {np.__version__}"
-    )
-
-
-@contextlib.contextmanager
-def one_bench_at_a_time() -> Iterator[None]:
-    """Holds a lock file in the temp directory so that bench scripts using this
-    helper do not time each other on a shared machine."""
-    with open(Path(tempfile.gettempdir()) / "loaderx-bench.lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        yield
-
-
-def checkout() -> str:
-    """Commit of this checkout, marked dirty when its Rust or Python sources differ
-    from it (the built extension may then include uncommitted changes)."""
-
-    def git(*args: str) -> str:
-        proc = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
-        return proc.stdout.strip() if proc.returncode == 0 else ""
-
-    sha = git("rev-parse", "--short", "HEAD") or "unknown"
-    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "crates", "python")
-    return sha + (" + uncommitted changes in crates/ or python/" if dirty else "")
-
-
-def load_average() -> str:
-    """The 1-, 5- and 15-minute load averages: other work on the machine skews timings."""
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
-def p95(values: Sequence[float]) -> float:
-    return float(np.percentile(np.asarray(values), 95))
-
-
-def time_calls(
-    call: Callable[[np.ndarray], object], draw: Callable[[], np.ndarray], min_seconds: float
-) -> list[float]:
-    """Latencies (s) of ``call(draw())`` until they sum to ``min_seconds``.
-
-    Drawing the argument and dropping the result happen outside the timed span."""
-    latencies: list[float] = []
-    total = 0.0
-    while total < min_seconds:
-        arg = draw()
-        start = time.perf_counter()
-        result = call(arg)
-        elapsed = time.perf_counter() - start
-        del result
-        latencies.append(elapsed)
-        total += elapsed
-    return latencies
-
-
-def disk_bytes(path: str | os.PathLike[str]) -> int:
-    """Allocated bytes of a file, or of every file under a directory."""
-    p = Path(path)
-    files = [p] if p.is_file() else [f for f in p.rglob("*") if f.is_file()]
-    return sum(f.stat().st_blocks * 512 for f in files)
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A Markdown table: first column left-aligned, the others right-aligned."""
-    cells = [list(map(str, headers)), *([str(c) for c in row] for row in rows)]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-
-    def line(row: Sequence[str]) -> str:
-        first = row[0].ljust(widths[0])
-        rest = [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
-        return "| " + " | ".join([first, *rest]) + " |"
-
-    rule = [":" + "-" * (widths[0] + 1)] + ["-" * (w + 1) + ":" for w in widths[1:]]
-    return "\n".join([line(cells[0]), "|" + "|".join(rule) + "|", *map(line, cells[1:])])
-
-
-def run_worker(
-    python: str | os.PathLike[str],
-    argv: Sequence[str],
-    env: dict[str, str] | None = None,
-    timeout: float | None = None,
-) -> dict:
-    """Runs ``python argv...`` and returns the JSON object on its last stdout line.
-
-    Raises RuntimeError carrying the worker's stderr when it fails, and
-    subprocess.TimeoutExpired when it runs past `timeout` seconds."""
-    proc = subprocess.run(
-        [str(python), *argv],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        timeout=timeout,
-    )
-    if proc.returncode != 0:
-        tail = proc.stderr.strip().splitlines()[-1:] or ["(no stderr)"]
-        raise RuntimeError(f"worker exited with {proc.returncode}: {tail[0][:300]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def emit(result: dict) -> None:
-    """Worker side of ``run_worker``: prints the result as the last stdout line."""
-    sys.stdout.write(json.dumps(result) + "\n")
-    sys.stdout.flush()
-
-
-def peer_python(explicit: str | None) -> tuple[Path | None, str]:
-    """Interpreter of the published-peer venv (default ``.venv-peer`` at the repository
-    root) and, when it cannot be used, why."""
-    path = Path(explicit) if explicit else REPO / ".venv-peer" / "bin" / "python"
-    if not path.exists():
-        return None, f"no interpreter at {explicit or '.venv-peer/bin/python'}"
-    probe = subprocess.run(
-        [str(path), "-c", "import importlib.metadata as m; print(m.version('loaderx'))"],
-        capture_output=True,
-        text=True,
-    )
-    if probe.returncode != 0:
-        return None, "loaderx is not installed in the peer venv"
-    return path, probe.stdout.strip()
-
-
-# ---- random-gather benchmarks (bench_ragged.py, bench_dense.py) --------------------------
-#
-# Both scripts run one worker process per backend and round. A worker writes (first
-# round) or reopens (later rounds) one store through a ``_peers`` adapter, verifies
-# it, warms it up and times fresh IID batches; the main process interleaves the
-# backends over the rounds, keeps each one's median round and prints a table.
+from loaderx_bench.files import remove_path, sync_tree, warm_files
+from loaderx_bench.memory import prefault
+from loaderx_bench.peers import make
+from loaderx_bench.report import finish_results, fmt_num, start_results, table, write_results
+from loaderx_bench.timing import p95, time_calls, warm_up
+from loaderx_bench.units import GIB, MIB
+from loaderx_bench.workers import emit, peer_python, run_backend
 
 BATCH = 256
-WARM_BATCHES = 20  # at most; warm-up also stops after the timed span's length
 CODECS = ("raw", "zstd", "zstd_dict")  # loaderx's, this checkout's and the published
 ONE_THREAD = {"LOADERX_NUM_THREADS": "1"}
 
-# (label, _peers backend, codec, extra environment): the rows of both tables, in order,
+# (label, peers backend, codec, extra environment): the rows of both tables, in order,
 # before the published loaderx's. "hdf5 vlen" is a layout for variable-shape records only.
 PEER_ROWS = [
     ("npy-mmap", "npy", "raw", None),
@@ -212,61 +67,6 @@ class Expected:
     result: Callable[[np.ndarray], tuple[np.ndarray, ...]]
     payload: Callable[[np.ndarray], int]
     names: tuple[str, ...]
-
-
-def warm_files(path: Path) -> None:
-    """Drops every file of the store from the page cache, then reads it back once,
-    so that the timed gathers run on a warm cache that the kernel's readahead
-    filled the same way for every backend. Left as its writer filled it, the cache
-    would hold large folios (mapped with 2 MiB pages, few TLB misses) for a writer
-    that writes in big pieces, like loaderx, and 4 KiB pages for one that writes
-    in small ones, like ``np.save``, and the gathers would measure that too."""
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-    for f in files:
-        with open(f, "rb", buffering=0) as fh:
-            os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-            while fh.read(8 << 20):
-                pass
-
-
-def prefault(nbytes: int) -> None:
-    """Touches and frees `nbytes` of memory (plus some). This VM hands idle memory
-    back to its host, and the first touch after that costs a host page fault, so a
-    writer that runs first into fresh page cache would pay for everyone; after this
-    the memory a write needs is already the guest's."""
-    scratch = np.ones(nbytes + 256 * MIB, np.uint8)
-    del scratch
-
-
-def sync_tree(path: str | os.PathLike[str]) -> None:
-    """fsyncs every file and directory of a store, so that write times run until
-    the store is durable for every backend alike (loaderx's close() fsyncs; most
-    other writers leave their files dirty in the page cache)."""
-    path = Path(path)
-    for p in [path] if path.is_file() else [path, *sorted(path.rglob("*"))]:
-        fd = os.open(p, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def warm_array(a: np.ndarray) -> None:
-    """Touches every page of a (memory-mapped) array."""
-    flat = np.asarray(a).reshape(-1).view(np.uint8)
-    buf = np.empty(8 << 20, dtype=np.uint8)
-    for at in range(0, len(flat), len(buf)):
-        part = flat[at : at + len(buf)]
-        np.copyto(buf[: len(part)], part)
-
-
-def warm_up(call: Callable[[np.ndarray], object], draw: Callable[[], np.ndarray], seconds: float):
-    """Up to WARM_BATCHES calls, stopping early once `seconds` have passed."""
-    until = time.perf_counter() + seconds
-    for _ in range(WARM_BATCHES):
-        call(draw())
-        if time.perf_counter() > until:
-            break
 
 
 def _parts(got) -> tuple:
@@ -320,12 +120,10 @@ def time_gathers(gather, want: Expected, seconds: float, seed: int, round_: int)
 
 
 def store_worker(args, src, want: Expected, seed: int) -> None:
-    """Worker side: writes the source `src` with the ``_peers`` adapter
+    """Worker side: writes the source `src` with the ``peers`` adapter
     ``args.worker`` / ``args.codec`` at ``args.store``, verifies and times it; or
     (``args.reuse``, later rounds) only reopens and times the store an earlier
     round wrote and verified. Prints the result as JSON."""
-    from _peers import make
-
     store = Path(args.store)
     try:
         peer = make(args.worker, store, args.codec)
@@ -363,17 +161,6 @@ def store_worker(args, src, want: Expected, seed: int) -> None:
     emit(result)
 
 
-def run_backend(python, argv: Sequence[str], env: dict | None, budget: float) -> dict:
-    """Runs one worker with a wall-clock budget; a worker past it is reported as
-    too slow, a crash as failed."""
-    try:
-        return run_worker(python, argv, env, timeout=budget)
-    except subprocess.TimeoutExpired:
-        return {"status": "too slow", "reason": f"did not finish within {budget:g} s"}
-    except RuntimeError as e:
-        return {"status": "failed", "reason": str(e)}
-
-
 # A plan entry: (label, interpreter, backend, codec, extra environment, label of the
 # published-loaderx row to compare with).
 PlanRow = tuple[str, str | os.PathLike[str] | None, str, str, dict | None, str | None]
@@ -404,16 +191,9 @@ def gather_plan(
     return plan
 
 
-def remove_path(path: Path) -> None:
-    if path.is_dir():
-        shutil.rmtree(path, ignore_errors=True)
-    elif path.exists():
-        path.unlink()
-
-
 def measure_plan(
     plan: Sequence[PlanRow],
-    script: str,
+    module: str,
     src_args: Sequence[str],
     verify: int,
     root: Path,
@@ -422,13 +202,13 @@ def measure_plan(
     peer_note: str,
 ) -> list[dict]:
     """Runs every row of `plan` in ``args.rounds`` interleaved rounds, each in a fresh
-    worker (``script`` with the timing options of `args`, ``--verify verify``,
-    ``--src *src_args`` and the row's backend, codec, store and round); the first
-    round writes and verifies, the later ones reopen its store. Returns the rows
+    worker (``python -m module`` with the timing options of `args`, ``--verify
+    verify``, ``--src *src_args`` and the row's backend, codec, store and round); the
+    first round writes and verifies, the later ones reopen its store. Returns the rows
     with the first round's results and the timed figures of the median round by
     records/s; a row that fails, is too slow or could not run keeps its status and
     reason. Stores go to ``root/<name>-<i>`` and are removed at the end."""
-    base_argv = [str(Path(script).resolve()), "--seconds", str(args.seconds)]
+    base_argv = ["-m", module, "--seconds", str(args.seconds)]
     base_argv += ["--max-batch-s", str(args.max_batch_s), "--verify", str(verify)]
     base_argv += ["--src", *src_args]
     rows = []
@@ -467,11 +247,6 @@ def measure_plan(
             median = ok[len(ok) // 2]
             r.update({k: median[k] for k in ("krec_s", "gib_s", "p95_ms", "batches")})
     return rows
-
-
-def fmt_num(x: float) -> str:
-    """Two or three significant digits, never rounding a small value to 0."""
-    return f"{x:.0f}" if x >= 100 else f"{x:.1f}" if x >= 1 else f"{x:.2f}"
 
 
 def render_gathers(
@@ -514,8 +289,8 @@ def render_gathers(
 
 
 def run_gather_bench(script: str, args, workloads, bench_workload, render) -> None:
-    """Main side of bench_ragged.py / bench_dense.py: prints the machine and
-    checkout, then for every workload (``args.only``) runs
+    """Main side of ``scripts/bench_ragged.py`` / ``scripts/bench_dense.py``: prints
+    the machine and checkout, then for every workload (``args.only``) runs
     ``bench_workload(name, root, args, peer) -> {"info", "rows"}`` and prints
     ``render(info, rows)``; with ``args.json`` writes all results there
     (rewritten after each workload)."""
@@ -539,41 +314,8 @@ def run_gather_bench(script: str, args, workloads, bench_workload, render) -> No
     finish_results(results, started, args.json)
 
 
-def start_results(script: str, **settings) -> dict:
-    """The results of one run of `script`: machine, checkout, date, load average and
-    `settings`, with an empty ``workloads`` mapping; prints the first three."""
-    results = {
-        "script": script,
-        "machine": machine(),
-        "checkout": checkout(),
-        "date": datetime.date.today().isoformat(),
-        "load_start": load_average(),
-        **settings,
-        "workloads": {},
-    }
-    print(f"Machine: {results['machine']}")
-    print(f"loaderx checkout: {results['checkout']}, {results['date']}")
-    print(f"Load average at start: {results['load_start']}")
-    return results
-
-
-def write_results(path: str, results: dict) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(results, indent=1) + "\n")
-
-
-def finish_results(results: dict, started: float, json_path: str | None) -> None:
-    """Records the closing load average and wall time, writes `json_path` if given
-    and prints the closing line."""
-    results["load_end"] = load_average()
-    results["wall_s"] = time.perf_counter() - started
-    if json_path:
-        write_results(json_path, results)
-    print(f"\nLoad average at end: {results['load_end']}; {results['wall_s']:.0f} s in all")
-
-
 def gather_arguments(ap: argparse.ArgumentParser, workloads) -> None:
-    """The options bench_ragged.py and bench_dense.py share, and their workers' ones."""
+    """The options the ragged and dense gathers share, and their workers' ones."""
     ap.add_argument("--quick", action="store_true", help="0.3 s per backend, fewer records")
     ap.add_argument("--synthetic", action="store_true", help="synthetic data, not data/")
     ap.add_argument("--dir", help="where sources and stores go (default: a new temporary folder)")
