@@ -5,147 +5,275 @@ contiguous zero-copy views (one per binding position), gathers every named strea
 at each position with the same view, and hands the list of shard dicts to the
 transform. Batches reach the consumer in step order with any number of workers,
 so ``state_dict()`` / ``load_state_dict()`` resume exactly. See docs/loader.md.
+
+``Loader`` holds the configuration; the step state and the worker threads live in
+its one ``LoaderIterator``, which ``iter(loader)`` returns every time.
 """
 
 from __future__ import annotations
 
+import atexit
+import numbers
+import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+import weakref
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Generic, TypeAlias, TypeVar, cast, overload
 
 import numpy as np
+import numpy.typing as npt
 
 from ._schema import check_int
+from .protocols import (
+    ConfiguredSampler,
+    IndexSampler,
+    Positions,
+    Reader,
+    SeekableSampler,
+    SizedSampler,
+)
 from .sampler import Sampler
 
-__all__ = ["Loader"]
+__all__ = ["Loader", "LoaderIterator", "STATE_VERSION"]
 
-STATE_VERSION = 1
+STATE_VERSION = 2
 _POLL = 0.05  # seconds between checks of the closed flag while waiting
 
+JSON: TypeAlias = "None | bool | int | str | list[JSON] | dict[str, JSON]"
+State: TypeAlias = "dict[str, JSON]"
 
-def _sampler_key(sampler: Any) -> Any:
+B = TypeVar("B")  # what one reader's gather returns
+T = TypeVar("T")  # what the consumer receives per step
+R = TypeVar("R")  # B, for the constructor overload that fixes T from it
+Shards: TypeAlias = list[dict[str, B]]
+
+
+def _plain(value: object, what: str) -> JSON:
+    """`value` as JSON data (tuples become lists), or a TypeError naming `what`."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, what) for v in cast("Sequence[object]", value)]
+    if isinstance(value, Mapping):
+        out: dict[str, JSON] = {}
+        for k, v in cast("Mapping[object, object]", value).items():
+            if not isinstance(k, str):
+                raise TypeError(f"{what} has the key {k!r}; resume states use str keys only")
+            out[k] = _plain(v, what)
+        return out
+    raise TypeError(
+        f"{what} holds a {type(value).__name__} ({value!r}); resume states hold only "
+        "dict, list, str, int, bool and None, so that they survive JSON"
+    )
+
+
+def _sampler_key(sampler: IndexSampler) -> JSON:
     """What identifies the sampler's sequence of batches, for refusing a resume
     state taken with another configuration."""
-    key = getattr(sampler, "_config", None)
-    return key() if callable(key) else None
+    if isinstance(sampler, ConfiguredSampler):
+        # _config is the sampler's hook for this, underscored to keep it off the
+        # sampler's public surface.
+        config = sampler._config()  # pyright: ignore[reportPrivateUsage]
+        return _plain(config, "the sampler's _config()")
+    return None
 
 
-def _batch_size(sampler: Any) -> int | None:
+def _store_identity(reader: object, where: str) -> int | str | None:
+    """The identity of the store `reader` reads: its ``identity``, else its
+    ``header_checksum``, else None."""
+    value: object = getattr(reader, "identity", None)
+    if value is None:
+        value = getattr(reader, "header_checksum", None)
+    if callable(value):
+        value = value()
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).hex()
+    if not isinstance(value, bool) and isinstance(value, numbers.Integral):
+        return int(value)
+    raise TypeError(
+        f"{where}: the reader's store identity is a {type(value).__name__}; "
+        "expected an int, a str or bytes"
+    )
+
+
+def _batch_size(sampler: IndexSampler) -> int | None:
     """The sampler's batch size when it can be known before the first draw."""
     if isinstance(sampler, Sampler):
-        return sampler._config()[1]
-    size = getattr(sampler, "batch_size", None)
-    return size if isinstance(size, int) else None
+        return sampler._config()[1]  # pyright: ignore[reportPrivateUsage]
+    if isinstance(sampler, SizedSampler):
+        return _exact_int(sampler.batch_size)
+    return None
 
 
-def _validate_streams(streams: Any) -> tuple[list[str], list[list[Any]]]:
-    if not isinstance(streams, Mapping):
-        raise TypeError(
-            f"streams must be a dict of name -> list of readers, got {type(streams).__name__}"
-        )
-    if not streams:
-        raise ValueError("streams is empty; name at least one stream")
-    names, lists, width, length = [], [], None, None
-    for name, readers in streams.items():
-        if not isinstance(name, str):
-            raise TypeError(f"stream names must be str, got {name!r}")
-        if not isinstance(readers, Sequence) or isinstance(readers, (str, bytes)):
+def _exact_int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _as_mapping(value: object, message: str) -> Mapping[object, object]:
+    # The public signatures are typed, but callers need not be: check at run time.
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{message}, got {type(value).__name__}")
+    return cast("Mapping[object, object]", value)
+
+
+def _is_sampler(sampler: object) -> bool:
+    return isinstance(sampler, IndexSampler) and callable(sampler.next)
+
+
+class _Streams(Generic[B]):
+    """The validated streams: names, per-binding readers, and what the resume state
+    records about them."""
+
+    def __init__(self, streams: object) -> None:
+        if not isinstance(streams, Mapping):
             raise TypeError(
-                f"stream {name!r} must be a list of readers (one per binding), "
-                f"got {type(readers).__name__}"
+                f"streams must be a dict of name -> list of readers, got {type(streams).__name__}"
             )
-        if len(readers) == 0:
-            raise ValueError(f"stream {name!r} has no readers; each stream needs >= 1 binding")
-        if width is not None and len(readers) != width:
-            raise ValueError(
-                f"stream {name!r} has {len(readers)} bindings but {names[0]!r} has {width}; "
-                "all binding lists must be equally long"
-            )
-        width = len(readers)
-        for r in readers:
-            if not callable(getattr(r, "gather", None)):
+        items = cast("Mapping[object, object]", streams)
+        if not items:
+            raise ValueError("streams is empty; name at least one stream")
+        names: list[str] = []
+        lists: list[list[Reader[B]]] = []
+        width: int | None = None
+        length: int | None = None
+        for name, readers in items.items():
+            if not isinstance(name, str):
+                raise TypeError(f"stream names must be str, got {name!r}")
+            if not isinstance(readers, Sequence) or isinstance(readers, (str, bytes)):
                 raise TypeError(
-                    f"stream {name!r} holds a {type(r).__name__}, "
-                    "not an open Dense or Ragged reader"
+                    f"stream {name!r} must be a list of readers (one per binding), "
+                    f"got {type(readers).__name__}"
                 )
-            n = len(r)
-            if length is not None and n != length:
+            bindings = list(cast("Sequence[object]", readers))
+            if not bindings:
+                raise ValueError(f"stream {name!r} has no readers; each stream needs >= 1 binding")
+            if width is not None and len(bindings) != width:
                 raise ValueError(
-                    f"stream {name!r} has {n} records but {names[0]!r} has {length}; "
-                    "aligned streams need equal record counts"
+                    f"stream {name!r} has {len(bindings)} bindings but {names[0]!r} has "
+                    f"{width}; all binding lists must be equally long"
                 )
-            length = n
-        names.append(name)
-        lists.append(list(readers))
-    return names, lists
+            width = len(bindings)
+            for r in bindings:
+                if not isinstance(r, Reader):
+                    raise TypeError(
+                        f"stream {name!r} holds a {type(r).__name__}, "
+                        "not an open Dense or Ragged reader"
+                    )
+                n = len(cast("Reader[B]", r))
+                if length is not None and n != length:
+                    raise ValueError(
+                        f"stream {name!r} has {n} records but {names[0]!r} has {length}; "
+                        "aligned streams need equal record counts"
+                    )
+                length = n
+            names.append(name)
+            lists.append(cast("list[Reader[B]]", bindings))
+        assert width is not None and length is not None
+        self.names, self.lists, self.width, self.length = names, lists, width, length
+        self.stores: list[list[int | str | None]] = [
+            [_store_identity(r, f"stream {n!r} binding {i}") for i, r in enumerate(readers)]
+            for n, readers in zip(names, lists, strict=True)
+        ]
+
+    def state(self) -> dict[str, JSON]:
+        """Per stream name: its record count and each binding's store identity."""
+        return {
+            name: {"records": self.length, "stores": list(stores)}
+            for name, stores in zip(self.names, self.stores, strict=True)
+        }
+
+    def check(self, got: object) -> None:
+        """Raises ValueError naming the first difference between a state's
+        ``streams`` entry and these streams."""
+        if not isinstance(got, Mapping):
+            raise ValueError(
+                f"the state's 'streams' is {got!r}, not a dict of stream name -> records and stores"
+            )
+        theirs = cast("Mapping[object, object]", got)
+        mine = self.state()
+        if set(theirs) != set(mine):
+            raise ValueError(
+                f"the state was taken with streams {sorted(map(str, theirs))}, "
+                f"this loader reads {sorted(mine)}"
+            )
+        for name, entry in mine.items():
+            want = cast("dict[str, JSON]", entry)
+            found = theirs[name]
+            if not isinstance(found, Mapping):
+                raise ValueError(f"the state's stream {name!r} is {found!r}, not a dict")
+            fields = cast("Mapping[object, object]", found)
+            if fields.get("records") != want["records"]:
+                raise ValueError(
+                    f"stream {name!r} had {fields.get('records')!r} records when the state "
+                    f"was taken, this loader's has {want['records']}"
+                )
+            stores = _plain(fields.get("stores"), f"the state's stream {name!r} stores")
+            mine_stores = cast("list[JSON]", want["stores"])
+            if not isinstance(stores, list) or len(stores) != len(mine_stores):
+                count = len(stores) if isinstance(stores, list) else stores
+                raise ValueError(
+                    f"stream {name!r} had {count!r} bindings when the state was taken, "
+                    f"this loader has {len(mine_stores)}"
+                )
+            for i, (a, b) in enumerate(zip(stores, mine_stores, strict=True)):
+                if a != b:
+                    raise ValueError(
+                        f"stream {name!r} binding {i} read store {a!r} when the state was "
+                        f"taken, this loader's reads store {b!r}"
+                    )
 
 
-class _Step:
+class _Step(Generic[T]):
     """A finished step: its result or the exception it raised."""
 
     __slots__ = ("value", "error")
 
-    def __init__(self, value: Any = None, error: BaseException | None = None) -> None:
+    def __init__(self, value: T | None = None, error: BaseException | None = None) -> None:
         self.value, self.error = value, error
 
 
-class Loader:
-    """Endless, step-ordered batches from aligned streams.
+# Pipelines whose workers have started: closed and joined at interpreter exit, and
+# given fresh locks in a forked child.
+_STARTED: weakref.WeakSet[_Pipeline[object, object]] = weakref.WeakSet()
 
-    ``workers=0`` draws, gathers and transforms in the caller's thread. Positive
-    ``workers`` are threads: each draws and gathers a step under one lock, then
-    transforms it concurrently with the others. At most ``workers + prefetch``
-    batches are live besides those the consumer holds; finished batches wait in
-    step order, so delivery order never depends on which worker was faster."""
+
+class _Pipeline(Generic[B, T]):
+    """The step state and the worker threads. The threads reference this object,
+    never the LoaderIterator, so dropping the iterator lets it be collected, and
+    its finalizer stops them."""
 
     def __init__(
         self,
-        streams: Mapping[str, Sequence[Any]],
-        sampler: Any,
-        *,
-        transform: Callable[[list[dict[str, Any]]], Any] | None = None,
-        workers: int = 4,
-        prefetch: int = 4,
+        streams: _Streams[B],
+        sampler: IndexSampler,
+        transform: Callable[[Shards[B]], T] | None,
+        workers: int,
+        prefetch: int,
     ) -> None:
-        self._names, self._lists = _validate_streams(streams)
-        self._width = len(self._lists[0])
-        if not callable(getattr(sampler, "next", None)):
-            raise TypeError("sampler must have a next() method returning a 1-D uint64 array")
-        batch = _batch_size(sampler)
-        if batch is not None and batch % self._width:
-            raise ValueError(
-                f"the sampler's batch size {batch} does not divide by the {self._width} "
-                f"bindings of stream {self._names[0]!r}"
-            )
-        if transform is not None and not callable(transform):
-            raise TypeError(f"transform must be callable, got {type(transform).__name__}")
-        self._workers = check_int(workers, "workers", 0)
-        self._prefetch = check_int(prefetch, "prefetch", 1)
-        self._sampler = sampler
-        self._transform = transform
-        self._cond = threading.Condition(threading.Lock())
-        self._draw = threading.Lock()  # serializes draw and gather across workers
-        self._claimed = 0  # next step a worker will draw
-        self._delivered = 0  # next step the consumer receives
-        self._done: dict[int, _Step] = {}
-        self._threads: list[threading.Thread] = []
-        self._started = False
-        self._closed = False
-        self._failed: BaseException | None = None
-
-    @property
-    def workers(self) -> int:
-        return self._workers
-
-    @property
-    def prefetch(self) -> int:
-        return self._prefetch
+        self.streams = streams
+        self.sampler = sampler
+        self.transform = transform
+        self.workers = workers
+        self.prefetch = prefetch
+        self.cond = threading.Condition(threading.Lock())
+        self.draw = threading.Lock()  # serializes draw and gather across workers
+        self.claimed = 0  # next step a worker will draw
+        self.delivered = 0  # next step the consumer receives
+        self.done: dict[int, _Step[T]] = {}
+        self.threads: list[threading.Thread] = []
+        self.started = False
+        self.closed = False
+        self.failed: BaseException | None = None
+        self.pid = os.getpid()
 
     # -- one step ---------------------------------------------------------------
 
-    def _shards(self, idx: Any) -> list[dict[str, Any]]:
-        idx = np.asarray(idx)
+    def shards(self, drawn: object) -> Shards[B]:
+        idx: npt.NDArray[np.generic] = np.asarray(drawn)
         if idx.ndim != 1:
             raise ValueError(f"the sampler returned an array of shape {idx.shape}; expected 1-D")
         if idx.dtype.kind not in "iu":
@@ -154,61 +282,68 @@ class Loader:
             # Readers gather from 64-bit positions; a sampler's narrower or strided
             # positions are widened once here (the values never change).
             idx = np.ascontiguousarray(idx, np.uint64 if idx.dtype.kind == "u" else np.int64)
-        b, k = len(idx), self._width
+        positions = cast("Positions", idx)
+        b, k = len(positions), self.streams.width
         if b % k:
             raise ValueError(f"the sampler's batch of {b} does not divide by {k} bindings")
         per = b // k
         return [
             {
-                name: readers[i].gather(idx[i * per : (i + 1) * per])
-                for name, readers in zip(self._names, self._lists, strict=True)
+                name: readers[i].gather(positions[i * per : (i + 1) * per])
+                for name, readers in zip(self.streams.names, self.streams.lists, strict=True)
             }
             for i in range(k)
         ]
 
-    def _finish(self, shards: list[dict[str, Any]]) -> Any:
-        return shards if self._transform is None else self._transform(shards)
+    def finish(self, shards: Shards[B]) -> T:
+        if self.transform is None:
+            return cast("T", shards)
+        return self.transform(shards)
 
     # -- worker threads -----------------------------------------------------------
 
-    def _start(self) -> None:
-        self._started = True
-        for i in range(self._workers):
-            t = threading.Thread(target=self._work, name=f"loaderx-worker-{i}", daemon=True)
+    def start(self) -> None:
+        self.started = True
+        self.pid = os.getpid()
+        _STARTED.add(cast("_Pipeline[object, object]", self))
+        for i in range(self.workers):
+            t = threading.Thread(target=self.work, name=f"loaderx-worker-{i}", daemon=True)
             t.start()
-            self._threads.append(t)
+            self.threads.append(t)
 
-    def _work(self) -> None:
-        limit = self._workers + self._prefetch
+    def work(self) -> None:
+        limit = self.workers + self.prefetch
         while True:
-            # The spec's policy: draw and gather under one lock, transform outside
-            # it. The gather is parallel inside, so concurrent gathers would only
-            # compete for the same cores, and the gather reads the sampler's
-            # reused buffer without a copy before the next draw overwrites it.
-            with self._draw:
-                with self._cond:
-                    while not self._closed and self._claimed - self._delivered >= limit:
-                        self._cond.wait(_POLL)
-                    if self._closed or self._failed is not None:
+            # Draw and gather under one lock, transform outside it. The gather is
+            # parallel inside, so concurrent gathers would only compete for the same
+            # cores, and the gather reads the sampler's reused buffer without a copy
+            # before the next draw overwrites it.
+            shards: Shards[B] | None = None
+            result: _Step[T] | None = None
+            with self.draw:
+                with self.cond:
+                    while not self.closed and self.claimed - self.delivered >= limit:
+                        self.cond.wait(_POLL)
+                    if self.closed or self.failed is not None:
                         return
-                    step = self._claimed
-                    self._claimed += 1
-                shards, result = None, None
+                    step = self.claimed
+                    self.claimed += 1
                 try:
-                    shards = self._shards(self._sampler.next())
+                    shards = self.shards(self.sampler.next())
                 except BaseException as e:  # noqa: BLE001 - delivered to the consumer
                     result = _Step(error=e)
-            if result is None:
+            if shards is not None:
                 try:
-                    result = _Step(self._finish(shards))
+                    result = _Step(self.finish(shards))
                 except BaseException as e:  # noqa: BLE001 - delivered to the consumer
                     result = _Step(error=e)
+            assert result is not None
             failed = result.error is not None
-            with self._cond:
-                if self._closed:
+            with self.cond:
+                if self.closed:
                     return
-                self._done[step] = result
-                self._cond.notify_all()
+                self.done[step] = result
+                self.cond.notify_all()
             # Drop this thread's references before waiting for the next claim, or a
             # batch the consumer already discarded would stay alive past the bound.
             del result, shards
@@ -217,112 +352,292 @@ class Loader:
 
     # -- consumer side ------------------------------------------------------------
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ValueError("the loader is closed")
-        if self._failed is not None:
+    def check_process(self) -> None:
+        # The worker threads and the lock states do not survive fork(): the child's
+        # copy would hand out the batches already queued, then wait forever.
+        if self.started and os.getpid() != self.pid:
             raise RuntimeError(
-                f"the loader stopped at step {self._delivered} after an error"
-            ) from self._failed
+                f"this Loader's workers run in process {self.pid}, not in this forked "
+                f"child (process {os.getpid()}); create the loader after the fork"
+            )
 
-    def next(self) -> Any:
-        """The next step's result (the transform's return value, or the shard list)."""
-        self._check_open()
-        if self._workers == 0:
-            try:
-                out = self._finish(self._shards(self._sampler.next()))
-            except BaseException as e:
-                self._failed = e
-                raise
-            self._delivered += 1
-            return out
-        with self._cond:
-            if not self._started:
-                self._start()
-            step = self._delivered
-            while step not in self._done:
-                self._check_open()
-                self._cond.wait(_POLL)
-            item = self._done.pop(step)
+    def check_open(self) -> None:
+        if self.closed:
+            raise ValueError("the loader is closed")
+        if self.failed is not None:
+            raise RuntimeError(
+                f"the loader stopped at step {self.delivered} after an error"
+            ) from self.failed
+
+    def next(self) -> T:
+        self.check_process()
+        self.check_open()
+        if self.workers == 0:
+            # One step at a time, so that consumers on several threads never draw
+            # into the sampler's buffer while another gathers from it.
+            with self.draw:
+                self.check_open()
+                try:
+                    out = self.finish(self.shards(self.sampler.next()))
+                except BaseException as e:
+                    self.failed = e
+                    raise
+                self.delivered += 1
+                return out
+        with self.cond:
+            if not self.started:
+                self.start()
+            # Read at every wake-up: another consumer thread may have taken the step.
+            while self.delivered not in self.done:
+                self.check_open()
+                self.cond.wait(_POLL)
+            item = self.done.pop(self.delivered)
             if item.error is not None:
-                self._failed = item.error
-                self._cond.notify_all()
+                self.failed = item.error
+                self.cond.notify_all()
                 raise item.error
-            self._delivered += 1
-            self._cond.notify_all()
-            return item.value
+            self.delivered += 1
+            self.cond.notify_all()
+            return cast("T", item.value)
 
-    __next__ = next
+    # -- lifetime -----------------------------------------------------------------
 
-    def __iter__(self) -> Loader:
+    def close(self, join: bool = True) -> None:
+        if not join:
+            # Takes no lock: a finalizer may run on a thread that holds it. Waiting
+            # threads poll the flag.
+            self.closed = True
+            return
+        with self.cond:
+            self.closed = True
+            self.done.clear()
+            self.cond.notify_all()
+            threads = list(self.threads)
+        if threading.current_thread() in threads:
+            # From inside a transform: joining the others could wait on a worker
+            # that is itself closing and joining this one.
+            return
+        for t in threads:
+            t.join()
+        with self.cond:
+            self.threads = [t for t in self.threads if t.is_alive()]
+
+    def after_fork_in_child(self) -> None:
+        # A worker may have held these locks at the fork, and it does not exist here.
+        self.cond = threading.Condition(threading.Lock())
+        self.draw = threading.Lock()
+        self.threads = []
+        self.done.clear()
+
+
+def _close_started_pipelines() -> None:
+    # A worker still inside native or user code when the interpreter finalizes is
+    # torn down mid-call, which aborts the process when that code is C++ (torch).
+    for pipeline in list(_STARTED):
+        pipeline.close()
+
+
+def _reset_pipelines_in_child() -> None:
+    for pipeline in list(_STARTED):
+        pipeline.after_fork_in_child()
+
+
+atexit.register(_close_started_pipelines)
+os.register_at_fork(after_in_child=_reset_pipelines_in_child)
+
+
+class LoaderIterator(Iterator[T], Generic[B, T]):
+    """The state of one pass over a Loader's endless steps: the next step, the
+    batches in flight and the worker threads. ``iter(loader)`` returns its
+    loader's one LoaderIterator; it is not constructed directly."""
+
+    def __init__(self, pipeline: _Pipeline[B, T]) -> None:
+        self._pipeline = pipeline
+
+    def next(self) -> T:
+        """The next step's result (the transform's return value, or the shard list)."""
+        return self._pipeline.next()
+
+    def __next__(self) -> T:
+        return self._pipeline.next()
+
+    def __iter__(self) -> LoaderIterator[B, T]:
+        self._pipeline.check_process()
         return self
 
     # -- resume -------------------------------------------------------------------
 
-    def state_dict(self) -> dict[str, Any]:
-        """A small versioned dict: the step the loader delivers next, and what
-        identifies the sampler's sequence."""
+    def state_dict(self) -> State:
+        """A small versioned dict of JSON data: the step the loader delivers next,
+        what identifies the sampler's sequence, and the streams it reads."""
+        p = self._pipeline
         return {
             "version": STATE_VERSION,
-            "step": self._delivered,
-            "sampler": _sampler_key(self._sampler),
+            "step": p.delivered,
+            "sampler": _sampler_key(p.sampler),
+            "streams": p.streams.state(),
         }
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
         """Resumes at ``state['step']``. Call before the first ``next()``."""
-        if not isinstance(state, Mapping):
-            raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
-        if state.get("version") != STATE_VERSION:
+        p = self._pipeline
+        given = _as_mapping(state, "state must be a dict from state_dict()")
+        version = given.get("version")
+        if type(version) is not int or version != STATE_VERSION:
             raise ValueError(
-                f"loader state version {state.get('version')!r} is not {STATE_VERSION}"
+                f"loader state version {version!r} is not supported; this loader reads "
+                f"version {STATE_VERSION}"
             )
-        if self._started or self._delivered or self._claimed:
+        if p.started or p.delivered or p.claimed:
             raise RuntimeError("load_state_dict must be called before the first next()")
-        step = check_int(state.get("step"), "state['step']", 0)
-        key = _sampler_key(self._sampler)
-        if state.get("sampler") != key:
+        step = check_int(given.get("step"), "state['step']", 0)
+        if "streams" not in given:
+            raise ValueError("the state has no 'streams'; it was not made by state_dict()")
+        p.streams.check(given["streams"])
+        key = _sampler_key(p.sampler)
+        theirs = _plain(given.get("sampler"), "the state's sampler")
+        if theirs != key:
             raise ValueError(
-                f"the state was taken with sampler {state.get('sampler')!r}, "
-                f"this loader's sampler is {key!r}"
+                f"the state was taken with sampler {theirs!r}, this loader's sampler is {key!r}"
             )
-        seek = getattr(self._sampler, "seek", None)
-        if step and not callable(seek):
+        if isinstance(p.sampler, SeekableSampler):
+            p.sampler.seek(step)
+        elif step:
             raise TypeError("resuming needs a sampler with seek(step)")
-        if callable(seek):
-            seek(step)
-        self._delivered = self._claimed = step
+        p.delivered = p.claimed = step
 
     # -- lifetime -----------------------------------------------------------------
 
     def close(self) -> None:
-        """Stops the workers and drops queued batches. Idempotent and prompt: a
-        worker inside a slow transform finishes it in the background and exits."""
-        with self._cond:
-            if self._closed:
-                return
-            self._closed = True
-            self._done.clear()
-            self._cond.notify_all()
-        for t in self._threads:
-            t.join(timeout=_POLL)
-        self._threads = [t for t in self._threads if t.is_alive()]
+        """Stops the workers, waits until none is running, and drops queued
+        batches. Idempotent."""
+        self._pipeline.close()
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._pipeline.closed
 
-    def __enter__(self) -> Loader:
+    def __del__(self) -> None:
+        # Only signals: a finalizer may run on any thread, even a worker's, and must
+        # not wait for a transform. Interpreter exit joins what is still running.
+        pipeline = getattr(self, "_pipeline", None)
+        if pipeline is not None and not pipeline.closed:
+            pipeline.close(join=False)
+
+    def __repr__(self) -> str:
+        p = self._pipeline
+        state = "closed" if p.closed else f"step={p.delivered}"
+        return f"LoaderIterator(streams={p.streams.names}, {state})"
+
+
+class Loader(Generic[B, T]):
+    """Endless, step-ordered batches from aligned streams.
+
+    ``workers=0`` draws, gathers and transforms in the caller's thread. Positive
+    ``workers`` are threads: each draws and gathers a step under one lock, then
+    transforms it concurrently with the others. At most ``workers + prefetch``
+    batches are live besides those the consumer holds; finished batches wait in
+    step order, so delivery order never depends on which worker was faster.
+
+    A Loader has one iterator: ``iter(loader)`` returns the same LoaderIterator
+    every time, and ``next(loader)``, ``state_dict()`` and ``close()`` act on it,
+    so no two loops over one loader see the same step. ``close()`` returns once no
+    worker runs loaderx or user code."""
+
+    @overload
+    def __init__(
+        self: Loader[R, Shards[R]],
+        streams: Mapping[str, Sequence[Reader[R]]],
+        sampler: IndexSampler,
+        *,
+        transform: None = None,
+        workers: int = 4,
+        prefetch: int = 4,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self,
+        streams: Mapping[str, Sequence[Reader[B]]],
+        sampler: IndexSampler,
+        *,
+        transform: Callable[[Shards[B]], T],
+        workers: int = 4,
+        prefetch: int = 4,
+    ) -> None: ...
+
+    def __init__(
+        self,
+        streams: Mapping[str, Sequence[Reader[B]]],
+        sampler: IndexSampler,
+        *,
+        transform: Callable[[Shards[B]], T] | None = None,
+        workers: int = 4,
+        prefetch: int = 4,
+    ) -> None:
+        checked: _Streams[B] = _Streams(streams)
+        if not _is_sampler(sampler):
+            raise TypeError("sampler must have a next() method returning a 1-D uint64 array")
+        batch = _batch_size(sampler)
+        if batch is not None and batch % checked.width:
+            raise ValueError(
+                f"the sampler's batch size {batch} does not divide by the {checked.width} "
+                f"bindings of stream {checked.names[0]!r}"
+            )
+        if transform is not None and not callable(transform):
+            raise TypeError(f"transform must be callable, got {type(transform).__name__}")
+        w = check_int(workers, "workers", 0)
+        p = check_int(prefetch, "prefetch", 1)
+        self._pipeline = _Pipeline(checked, sampler, transform, w, p)
+        self._iterator = LoaderIterator(self._pipeline)
+
+    @property
+    def workers(self) -> int:
+        return self._pipeline.workers
+
+    @property
+    def prefetch(self) -> int:
+        return self._pipeline.prefetch
+
+    def __iter__(self) -> LoaderIterator[B, T]:
+        if self._iterator.closed:
+            raise ValueError("the loader is closed")
+        return iter(self._iterator)
+
+    def next(self) -> T:
+        """The next step's result (the transform's return value, or the shard list)."""
+        return self._iterator.next()
+
+    def __next__(self) -> T:
+        return self._iterator.next()
+
+    def state_dict(self) -> State:
+        """A small versioned dict of JSON data: the step the loader delivers next,
+        what identifies the sampler's sequence, and the streams it reads."""
+        return self._iterator.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        """Resumes at ``state['step']``. Call before the first ``next()``."""
+        self._iterator.load_state_dict(state)
+
+    def close(self) -> None:
+        """Stops the workers, waits until none is running, and drops queued
+        batches. Idempotent."""
+        self._iterator.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._iterator.closed
+
+    def __enter__(self) -> Loader[B, T]:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self) -> None:
-        if not getattr(self, "_closed", True):
-            self.close()
-
     def __repr__(self) -> str:
+        p = self._pipeline
         return (
-            f"Loader(streams={self._names}, bindings={self._width}, workers={self._workers}, "
-            f"prefetch={self._prefetch}, step={self._delivered})"
+            f"Loader(streams={p.streams.names}, bindings={p.streams.width}, "
+            f"workers={p.workers}, prefetch={p.prefetch}, step={p.delivered})"
         )
