@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import numbers
 import operator
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
 from . import _native
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 CODECS: tuple[str, ...] = _native.CODECS
 MAX_SHARDS: int = _native.MAX_DATA_SHARDS
@@ -20,7 +25,7 @@ SUPPORTED = frozenset(np.dtype(name) for name in _native.DTYPES)
 def check_dtype(dtype: object) -> np.dtype:
     """The NumPy dtype for `dtype`, or ValueError saying why it cannot be stored."""
     try:
-        dt = np.dtype(dtype)  # type: ignore[call-overload]
+        dt = np.dtype(cast("npt.DTypeLike", dtype))  # anything else is the TypeError below
     except TypeError as e:
         raise ValueError(f"dtype {dtype!r} is not a NumPy dtype: {e}") from None
     if dt.fields is not None:
@@ -65,7 +70,7 @@ def check_item_shape(item_shape: object) -> tuple[int, ...]:
     if isinstance(item_shape, numbers.Integral) and not isinstance(item_shape, bool):
         item_shape = (item_shape,)
     try:
-        dims = tuple(item_shape)  # type: ignore[arg-type]
+        dims = tuple(cast("Iterable[object]", item_shape))
     except TypeError:
         raise TypeError(
             f"item_shape must be a tuple of ints, got {type(item_shape).__name__}"
@@ -82,4 +87,4 @@ def check_codec(codec: object, dict_bytes: object) -> bytes | None:
         return None
     if not isinstance(dict_bytes, (bytes, bytearray, memoryview)):
         raise TypeError(f"dict_bytes must be bytes, got {type(dict_bytes).__name__}")
-    return bytes(dict_bytes)
+    return bytes(cast("bytes | bytearray | memoryview[int]", dict_bytes))

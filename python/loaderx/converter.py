@@ -32,19 +32,29 @@ from the checkout, not by name: the ``loaderx`` package on PyPI is not this code
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Literal, Protocol, cast
 
 import numpy as np
 
 from . import _native
 from ._schema import check_int
-from .zrecord import Dense, Ragged, RaggedBatch
+from .zrecord import Dense, DenseWriter, Ragged, RaggedBatch, RaggedWriter
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+    import pyarrow as pa
+    from datasets import (  # pyright: ignore[reportMissingTypeStubs]
+        Dataset,
+        DatasetDict,
+    )
+    from typing_extensions import Self, TypeIs
 
 __all__ = ["convert", "huggingface"]
 
@@ -59,28 +69,68 @@ class _Plan:
     """How one column is stored."""
 
     column: str
-    kind: str  # "dense" or "ragged"
+    kind: Literal["dense", "ragged"]
     dtype: np.dtype
     item_shape: tuple[int, ...] = ()  # Dense
     ndim: int = 1  # Ragged
-    layout: str = "list"  # Ragged: "list", "binary" or "struct"
+    layout: Literal["list", "binary", "struct"] = "list"  # Ragged
 
 
-def _pa():
+# Arrow arrays as convert reads them. Which kind an array is follows from its
+# Arrow type, which convert checks before it narrows to one of these.
+
+
+class _Array(Protocol):
+    @property
+    def type(self) -> pa.DataType: ...
+    @property
+    def null_count(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    def __len__(self) -> int: ...
+    def slice(self, offset: int = 0, length: int | None = None) -> Self: ...
+    def buffers(self) -> list[pa.Buffer | None]: ...
+    def to_numpy(self, zero_copy_only: bool = True) -> npt.NDArray[np.generic]: ...
+
+
+class _ListArray(_Array, Protocol):
+    """A list, large list or fixed-size list array."""
+
+    @property
+    def offsets(self) -> _Array: ...
+    def flatten(self) -> _Array: ...
+    def value_lengths(self) -> _Array: ...
+
+
+class _StructArray(_Array, Protocol):
+    @property
+    def type(self) -> pa.StructType: ...
+    def flatten(self) -> list[_Array]: ...
+
+
+class _ExtensionArray(_Array, Protocol):
+    """datasets' ArrayND columns, whose storage is nested lists."""
+
+    @property
+    def storage(self) -> _Array: ...
+
+
+def _pa() -> None:
+    """Imports pyarrow, or says which extra provides it."""
     try:
-        import pyarrow as pa
-        import pyarrow.compute  # noqa: F401 - makes pa.compute available
+        importlib.import_module("pyarrow.compute")  # and with it pyarrow
     except ImportError as e:  # pragma: no cover - the converter extra has it
         raise ImportError("convert needs pyarrow: pip install 'loaderx[converter]'") from e
-    return pa
 
 
-def _is_number(pa, t: Any) -> bool:
+def _is_number(t: pa.DataType) -> bool:
+    import pyarrow as pa
+
     return pa.types.is_boolean(t) or pa.types.is_integer(t) or pa.types.is_floating(t)
 
 
-def _number(pa, t: Any, column: str) -> np.dtype:
-    if _is_number(pa, t):
+def _number(t: pa.DataType, column: str) -> np.dtype:
+    if _is_number(t):
         return np.dtype(t.to_pandas_dtype())
     raise ValueError(
         f"column {column!r}: {t} values cannot be stored; convert needs numbers "
@@ -88,18 +138,32 @@ def _number(pa, t: Any, column: str) -> np.dtype:
     )
 
 
-def _array_feature(pa, column: str, t: Any) -> _Plan:
+def _array_feature(column: str, t: pa.ExtensionType) -> _Plan:
     """datasets' Array2D..Array5D: an extension type with a declared shape."""
-    shape, vt = getattr(t, "shape", None), getattr(t, "value_type", None)
+    shape = cast("tuple[int | None, ...] | None", getattr(t, "shape", None))
+    vt = cast("str | pa.DataType | None", getattr(t, "value_type", None))
     if shape is None or vt is None or any(d is None for d in shape):
         raise ValueError(f"column {column!r}: {t} has no fixed shape; it cannot be Dense")
-    dtype = np.dtype(vt) if isinstance(vt, str) else _number(pa, vt, column)
+    dtype = np.dtype(vt) if isinstance(vt, str) else _number(vt, column)
     if dtype.kind not in "biuf":
         raise ValueError(f"column {column!r}: {dtype} values cannot be stored")
-    return _Plan(column, "dense", dtype, tuple(int(d) for d in shape))
+    return _Plan(column, "dense", dtype, tuple(int(cast(int, d)) for d in shape))
 
 
-def _plan(pa, column: str, t: Any, feature: Any) -> _Plan:
+def _field_types(fields: pa.StructType | pa.Schema) -> dict[str, pa.DataType]:
+    """The type of each field of a struct type or schema, by name, in order."""
+    # pyarrow's stubs leave the type of a field's type open.
+    return {f.name: f.type for f in cast("Iterable[pa.Field[pa.DataType]]", fields)}
+
+
+def _value_type(t: pa.DataType) -> pa.DataType:
+    """The element type of a list or large list type."""
+    return cast("pa.ListType[pa.DataType]", t).value_type
+
+
+def _plan(column: str, t: pa.DataType, feature: object) -> _Plan:
+    import pyarrow as pa
+
     name = type(feature).__name__
     if name in _UNDECODED:
         raise ValueError(
@@ -107,97 +171,112 @@ def _plan(pa, column: str, t: Any, feature: Any) -> _Plan:
             "encoded bytes as a binary column) with Dataset.map before converting"
         )
     if isinstance(t, pa.ExtensionType):
-        return _array_feature(pa, column, t)
+        return _array_feature(column, t)
     if pa.types.is_null(t):
         raise ValueError(f"column {column!r} holds only nulls")
-    shape, inner = [], t
+    shape: list[int] = []
+    inner = t
     while pa.types.is_fixed_size_list(inner):
         shape.append(inner.list_size)
         inner = inner.value_type
-    if shape or _is_number(pa, inner):
-        if not _is_number(pa, inner):
+    if shape or _is_number(inner):
+        if not _is_number(inner):
             raise ValueError(f"column {column!r}: {t} nests {inner} in a fixed-size list")
-        return _Plan(column, "dense", _number(pa, inner, column), tuple(shape))
+        return _Plan(column, "dense", _number(inner, column), tuple(shape))
     if pa.types.is_binary(t) or pa.types.is_large_binary(t):
         return _Plan(column, "ragged", np.dtype(np.uint8), layout="binary")
     if pa.types.is_list(t) or pa.types.is_large_list(t):
-        if pa.types.is_nested(t.value_type):
+        if pa.types.is_nested(_value_type(t)):
             raise ValueError(
                 f"column {column!r}: {t} nests dynamic lists; store a multidimensional "
                 "record as a struct {values: list<number>, shape: fixed_size_list<uint64, n>}"
             )
-        return _Plan(column, "ragged", _number(pa, t.value_type, column))
-    if pa.types.is_struct(t) and sorted(f.name for f in t) == ["shape", "values"]:
-        values, shape_t = t.field("values").type, t.field("shape").type
+        return _Plan(column, "ragged", _number(_value_type(t), column))
+    if pa.types.is_struct(t) and sorted(_field_types(t)) == ["shape", "values"]:
+        fields = _field_types(t)
+        values, shape_t = fields["values"], fields["shape"]
         is_list = pa.types.is_list(values) or pa.types.is_large_list(values)
         if (
             is_list
-            and _is_number(pa, values.value_type)
+            and _is_number(_value_type(values))
             and pa.types.is_fixed_size_list(shape_t)
             and pa.types.is_uint64(shape_t.value_type)
             and shape_t.list_size >= 1
         ):
-            dtype = _number(pa, values.value_type, column)
+            dtype = _number(_value_type(values), column)
             return _Plan(column, "ragged", dtype, ndim=shape_t.list_size, layout="struct")
     if pa.types.is_string(t) or pa.types.is_large_string(t):
-        _number(pa, t, column)  # raises with the advice for strings
+        _number(t, column)  # raises with the advice for strings
     raise ValueError(f"column {column!r}: {t} cannot be stored as Dense or Ragged records")
 
 
-def _no_nulls(arr: Any, plan: _Plan) -> None:
+def _no_nulls(arr: _Array, plan: _Plan) -> None:
     if arr.null_count:
         raise ValueError(f"column {plan.column!r} holds {arr.null_count} null value(s)")
 
 
-def _flat(pa, arr: Any, plan: _Plan) -> Any:
+def _flat(arr: _Array, plan: _Plan) -> _Array:
     """The leaf values of a (nested) fixed-size list array, honouring slices."""
+    import pyarrow as pa
+
     while pa.types.is_fixed_size_list(arr.type):
         _no_nulls(arr, plan)
-        arr = arr.flatten()
+        arr = cast("_ListArray", arr).flatten()
     return arr
 
 
-def _dense_chunk(pa, arr: Any, plan: _Plan) -> np.ndarray:
+def _dense_chunk(arr: _Array, plan: _Plan) -> npt.NDArray[np.generic]:
+    import pyarrow as pa
+
     n = len(arr)
     _no_nulls(arr, plan)
     if isinstance(arr.type, pa.ExtensionType):
         # ArrayND storage is lists of lists: every record must have the full shape.
-        arr = arr.storage
+        arr = cast("_ExtensionArray", arr).storage
         for size in plan.item_shape:
             _no_nulls(arr, plan)
-            lengths = arr.value_lengths().to_numpy(zero_copy_only=False)
+            lists = cast("_ListArray", arr)
+            lengths = lists.value_lengths().to_numpy(zero_copy_only=False)
             if (lengths != size).any():
                 raise ValueError(f"column {plan.column!r}: a record is not {plan.item_shape}")
-            arr = arr.flatten()
-    values = _flat(pa, arr, plan)
+            arr = lists.flatten()
+    values = _flat(arr, plan)
     _no_nulls(values, plan)
     out = values.to_numpy(zero_copy_only=False).astype(plan.dtype, copy=False)
     return np.ascontiguousarray(out.reshape((n, *plan.item_shape)))
 
 
-def _fields(arr: Any) -> dict[str, Any]:
+def _fields(arr: _Array) -> dict[str, _Array]:
     """A struct array's children, sliced like the struct."""
-    return dict(zip([f.name for f in arr.type], arr.flatten(), strict=True))
+    struct = cast("_StructArray", arr)
+    return dict(zip(_field_types(struct.type), struct.flatten(), strict=True))
 
 
-def _list_values(arr: Any, plan: _Plan) -> tuple[np.ndarray, np.ndarray]:
+def _list_values(
+    arr: _Array, plan: _Plan
+) -> tuple[npt.NDArray[np.int32] | npt.NDArray[np.int64], npt.NDArray[np.generic]]:
     """Offsets (not rebased) and the flattened values of a list array."""
-    flat = arr.flatten()
+    lists = cast("_ListArray", arr)
+    flat = lists.flatten()
     _no_nulls(flat, plan)
-    return arr.offsets.to_numpy(), flat.to_numpy(zero_copy_only=False)
+    offsets = cast("npt.NDArray[np.int32] | npt.NDArray[np.int64]", lists.offsets.to_numpy())
+    return offsets, flat.to_numpy(zero_copy_only=False)
 
 
-def _ragged_chunk(pa, arr: Any, plan: _Plan) -> RaggedBatch:
+def _ragged_chunk(arr: _Array, plan: _Plan) -> RaggedBatch:
+    import pyarrow as pa
+
     _no_nulls(arr, plan)
     n = len(arr)
     if plan.layout == "binary":
-        bufs = arr.buffers()
+        # pyarrow Buffers export the buffer protocol, which their stubs do not declare.
+        bufs = cast("list[bytes | None]", arr.buffers())
         wide = pa.types.is_large_binary(arr.type)
-        offsets = np.frombuffer(bufs[1], np.int64 if wide else np.int32)[
+        offsets = np.frombuffer(cast(bytes, bufs[1]), np.int64 if wide else np.int32)[
             arr.offset : arr.offset + n + 1
         ]
         data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.empty(0, np.uint8)
-        values = data[offsets[0] : offsets[-1]]
+        values: npt.NDArray[np.generic] = data[offsets[0] : offsets[-1]]
         shapes = np.diff(offsets).reshape(n, 1)
     elif plan.layout == "list":
         offsets, values = _list_values(arr, plan)
@@ -206,7 +285,7 @@ def _ragged_chunk(pa, arr: Any, plan: _Plan) -> RaggedBatch:
         fields = _fields(arr)
         _no_nulls(fields["values"], plan)
         offsets, values = _list_values(fields["values"], plan)
-        shapes = _flat(pa, fields["shape"], plan).to_numpy(zero_copy_only=False)
+        shapes = _flat(fields["shape"], plan).to_numpy(zero_copy_only=False)
         shapes = shapes.reshape(n, plan.ndim)
     return RaggedBatch(
         np.ascontiguousarray(values, plan.dtype),
@@ -215,32 +294,42 @@ def _ragged_chunk(pa, arr: Any, plan: _Plan) -> RaggedBatch:
     )
 
 
-def _elements(pa, arr: Any, plan: _Plan) -> int:
+def _elements(arr: _Array, plan: _Plan) -> int:
     """How many values a Ragged chunk packs."""
+    import pyarrow.compute as pc
+
     if plan.layout == "binary":
-        return int(pa.compute.sum(pa.compute.binary_length(arr)).as_py() or 0)
+        binary = cast("pa.BinaryArray | pa.LargeBinaryArray", arr)
+        return int(pc.sum(pc.binary_length(binary)).as_py() or 0)
     if plan.layout == "struct":
         arr = _fields(arr)["values"]
-    return len(arr.flatten())
+    return len(cast("_ListArray", arr).flatten())
 
 
-def _batches(dataset: Any, rows: int) -> Iterator[Any]:
+def _batches(dataset: Dataset, rows: int) -> Iterator[pa.Table]:
     """The dataset's rows as Arrow tables of at most `rows` rows, in order."""
-    yield from dataset.with_format("arrow").iter(batch_size=rows)
+    # datasets leaves the type of format arguments open; its "arrow" format yields
+    # pyarrow Tables.
+    arrow = dataset.with_format("arrow")  # pyright: ignore[reportUnknownMemberType]
+    yield from cast("Iterator[pa.Table]", arrow.iter(batch_size=rows))
 
 
-def _is_dict(dataset: Any) -> bool:
+def _is_dict(dataset: Dataset | DatasetDict) -> TypeIs[DatasetDict]:
     return isinstance(dataset, Mapping)
 
 
-def _check_input(dataset: Any) -> None:
+def _check_input(dataset: object) -> None:
     kind = type(dataset).__name__
     if kind in ("IterableDataset", "IterableDatasetDict"):
         raise TypeError(
             f"convert takes a Dataset or DatasetDict, not an {kind}: materialize it first "
             "(for example with Dataset.from_generator)"
         )
-    splits = dataset.values() if _is_dict(dataset) else [dataset]
+    splits = (
+        cast("Mapping[object, object]", dataset).values()
+        if isinstance(dataset, Mapping)
+        else [dataset]
+    )
     for d in splits:
         if not (hasattr(d, "features") and hasattr(d, "with_format") and hasattr(d, "data")):
             raise TypeError(
@@ -257,8 +346,8 @@ class _Progress:
             print(f"loaderx.convert: {msg}", file=sys.stderr, flush=True)
 
 
-def _check_name(name: Any, what: str) -> None:
-    """A column or split name becomes a directory name: it must be one."""
+def _check_name(name: object, what: str) -> str:
+    """`name`, which becomes a directory name, once checked that it can be one."""
     if (
         not isinstance(name, str)
         or name in ("", ".", "..")
@@ -267,10 +356,11 @@ def _check_name(name: Any, what: str) -> None:
         or (os.altsep is not None and os.altsep in name)
     ):
         raise ValueError(f"{what} {name!r} cannot name a directory of the output")
+    return name
 
 
 def _convert_split(
-    pa, ds: Any, root: str, label: str, codec: str, data_shards: int, say: _Progress
+    ds: Dataset, root: str, label: str, codec: str, data_shards: int, say: _Progress
 ) -> None:
     schema = ds.data.schema
     if len(ds.column_names) == 0:
@@ -279,8 +369,11 @@ def _convert_split(
         raise ValueError("the dataset has no rows; there is nothing to convert")
     for c in ds.column_names:
         _check_name(c, "column")
-    plans = [_plan(pa, c, schema.field(c).type, ds.features.get(c)) for c in ds.column_names]
-    writers = {}
+    types = _field_types(schema)
+    # Features is an untyped dict of the column's feature objects.
+    features = cast("Mapping[str, object]", ds.features)
+    plans = [_plan(c, types[c], features.get(c)) for c in ds.column_names]
+    writers: dict[str, DenseWriter | RaggedWriter] = {}
     try:
         for p in plans:
             path = os.path.join(root, p.column)
@@ -296,12 +389,13 @@ def _convert_split(
         for table in _batches(ds, BATCH_ROWS):
             for p in plans:
                 col = table.column(p.column)
+                w = writers[p.column]
                 for arr in col.chunks:
-                    if p.kind == "dense":
-                        writers[p.column].append(_dense_chunk(pa, arr, p))
+                    if isinstance(w, DenseWriter):
+                        w.append(_dense_chunk(arr, p))
                     else:
-                        for piece in _int32_pieces(pa, arr, p):
-                            writers[p.column].append(_ragged_chunk(pa, piece, p))
+                        for piece in _int32_pieces(arr, p):
+                            w.append(_ragged_chunk(piece, p))
             done += table.num_rows
             say(f"{label}: {done:,} / {len(ds):,} rows ({time.perf_counter() - start:.1f} s)")
         counts = {c: len(w) for c, w in writers.items()}
@@ -315,18 +409,18 @@ def _convert_split(
         raise
 
 
-def _int32_pieces(pa, arr: Any, plan: _Plan) -> Iterator[Any]:
+def _int32_pieces(arr: _Array, plan: _Plan) -> Iterator[_Array]:
     """`arr` in slices whose element count fits int32 cu_seqlens."""
-    if len(arr) > 1 and _elements(pa, arr, plan) >= 2**31:
+    if len(arr) > 1 and _elements(arr, plan) >= 2**31:
         half = len(arr) // 2
-        yield from _int32_pieces(pa, arr.slice(0, half), plan)
-        yield from _int32_pieces(pa, arr.slice(half), plan)
+        yield from _int32_pieces(arr.slice(0, half), plan)
+        yield from _int32_pieces(arr.slice(half), plan)
     else:
         yield arr
 
 
 def convert(
-    dataset: Any,
+    dataset: Dataset | DatasetDict,
     path: str | os.PathLike[str],
     *,
     codec: str,
@@ -337,8 +431,8 @@ def convert(
     (per split) under `path`, which must not exist, and returns `path`. The root is
     published atomically when every store is complete. ``codec`` is ``"raw"`` or
     ``"zstd"``; ``progress`` prints a line per batch to stderr."""
-    pa = _pa()
-    dest = os.path.abspath(os.fspath(path))
+    _pa()
+    dest = os.path.abspath(path)
     if os.path.lexists(dest):
         raise FileExistsError(f"{dest}: already exists; convert writes a new path")
     if codec not in ("raw", "zstd"):
@@ -357,14 +451,13 @@ def convert(
         if _is_dict(dataset):
             if not dataset:
                 raise ValueError("the DatasetDict has no splits")
-            for split in dataset:
-                _check_name(split, "split")
-            for split, ds in dataset.items():
+            splits = {_check_name(split, "split"): ds for split, ds in dataset.items()}
+            for split, ds in splits.items():
                 os.makedirs(os.path.join(tmp, split))
                 root, label = os.path.join(tmp, split), os.path.join(dest, split)
-                _convert_split(pa, ds, root, label, codec, data_shards, say)
+                _convert_split(ds, root, label, codec, data_shards, say)
         else:
-            _convert_split(pa, dataset, tmp, dest, codec, data_shards, say)
+            _convert_split(dataset, tmp, dest, codec, data_shards, say)
         _native.publish_dir(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -381,15 +474,20 @@ def huggingface(
     endpoint: str | None = None,
     token: str | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
-) -> Any:
+) -> DatasetDict:
     """Downloads the dataset repository `repo` at `revision` (default: the main
     branch), resolved first to its immutable commit, and returns its
     ``DatasetDict`` (configuration `config`). `endpoint` selects a mirror or a
     private Hub and `token` authorizes private or gated repositories, without
     touching the process environment."""
     try:
-        import datasets
-        from huggingface_hub import HfApi, snapshot_download
+        # Both type most of their API; the rest (snapshot_download's user_agent and
+        # tqdm_class, load_dataset's storage_options) is what pyright calls unknown.
+        import datasets  # pyright: ignore[reportMissingTypeStubs]
+        from huggingface_hub import (
+            HfApi,
+            snapshot_download,  # pyright: ignore[reportUnknownVariableType]
+        )
     except ImportError as e:
         raise ImportError(
             "huggingface needs the converter extra: pip install 'loaderx[converter]'"
@@ -401,6 +499,6 @@ def huggingface(
         revision=info.sha,
         endpoint=endpoint,
         token=token,
-        cache_dir=cache_dir,
+        cache_dir=None if cache_dir is None else os.fspath(cache_dir),
     )
-    return datasets.load_dataset(local, config)
+    return datasets.load_dataset(local, config)  # pyright: ignore[reportUnknownMemberType]

@@ -10,15 +10,28 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias, cast
 
 import numpy as np
 
 from . import _native
 from ._schema import check_dtype, check_int
-from .zrecord import Dense, DLTensor, Ragged, RaggedBatch, _Writer
+from .zrecord import Dense, DenseWriter, DLTensor, Ragged, RaggedBatch, RaggedWriter
 
-__all__ = ["DEFAULT_DICT_SIZE", "train_dict"]
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+__all__ = ["DEFAULT_DICT_SIZE", "DictSource", "train_dict"]
+
+# One record per element: a record array or DLTensor, or every record of a batch.
+DictRecord: TypeAlias = "npt.NDArray[np.generic] | DLTensor | RaggedBatch"
+# What train_dict samples: records stacked along axis 0, a packed batch, an open
+# store, or a finite iterable of records.
+DictSource: TypeAlias = (
+    "npt.NDArray[np.generic] | DLTensor | RaggedBatch | Dense | Ragged | Iterable[DictRecord]"
+)
+# Sampled record bytes.
+_Bytes: TypeAlias = "npt.NDArray[np.uint8]"
 
 #: zstd's own default dictionary size (``zstd --train``): 112 KiB.
 DEFAULT_DICT_SIZE = 112 * 1024
@@ -44,7 +57,7 @@ _PROBE = 256
 _SEED = 0x7A_D1C7
 
 
-def train_dict(source: Any, *, size: int | None = None) -> bytes:
+def train_dict(source: DictSource, *, size: int | None = None) -> bytes:
     """Trains a zstd dictionary for ``codec="zstd_dict"`` from representative records.
 
     `source` is a NumPy array or loaderx DLTensor (records along axis 0), a packed
@@ -74,9 +87,9 @@ def train_dict(source: Any, *, size: int | None = None) -> bytes:
 # ---- sampling ------------------------------------------------------------------
 
 
-def _sample(source: Any, budget: int, rng: np.random.Generator) -> list[np.ndarray]:
+def _sample(source: DictSource, budget: int, rng: np.random.Generator) -> list[_Bytes]:
     """Up to about `budget` bytes of records from `source`, as uint8 arrays."""
-    if isinstance(source, _Writer):
+    if isinstance(source, (DenseWriter, RaggedWriter)):
         raise TypeError(
             "train_dict cannot read a writer; close() it and pass the opened store "
             "(Dense.open / Ragged.open)"
@@ -96,7 +109,8 @@ def _sample(source: Any, budget: int, rng: np.random.Generator) -> list[np.ndarr
     if isinstance(source, RaggedBatch):
         return _ragged_batch_sample(source, budget, rng)
     if isinstance(source, (np.ndarray, DLTensor)):
-        arr = _host(source, "source")
+        # An ndarray of any element type, which _host checks.
+        arr = _host(cast("npt.NDArray[np.generic] | DLTensor", source), "source")
         if arr.ndim == 0:
             raise ValueError("a 0-dimensional array holds no records; records lie along axis 0")
         return _spread_sample(
@@ -112,12 +126,12 @@ def _sample(source: Any, budget: int, rng: np.random.Generator) -> list[np.ndarr
     ):
         raise TypeError(
             "train_dict takes a NumPy array, a RaggedBatch, an open Dense or Ragged store "
-            f"or an iterable of NumPy records, got {type(source).__name__}"
+            f"or an iterable of NumPy records, got {type(cast(object, source)).__name__}"
         )
     return _iterable_sample(source, budget, rng)
 
 
-def _host(a: Any, what: str) -> np.ndarray:
+def _host(a: npt.NDArray[np.generic] | DLTensor, what: str) -> npt.NDArray[np.generic]:
     """A NumPy view of a host array or DLTensor of a storable dtype."""
     if isinstance(a, DLTensor):
         if a.device[0] != 1:
@@ -127,19 +141,19 @@ def _host(a: Any, what: str) -> np.ndarray:
     return a
 
 
-def _bytes_of(a: np.ndarray) -> np.ndarray:
+def _bytes_of(a: npt.NDArray[np.generic]) -> _Bytes:
     """The C-order bytes of `a` as a 1-D uint8 array (a view when contiguous)."""
     return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
 
 
-def _rows(batch: np.ndarray) -> list[np.ndarray]:
+def _rows(batch: npt.NDArray[np.generic]) -> list[_Bytes]:
     """The records of a stacked batch as uint8 rows."""
     n = batch.shape[0]
     flat = _bytes_of(batch)
     return list(flat.reshape(n, flat.size // n if n else 0))
 
 
-def _window(record: np.ndarray, itemsize: int, rng: np.random.Generator) -> np.ndarray:
+def _window(record: _Bytes, itemsize: int, rng: np.random.Generator) -> _Bytes:
     """The record, or one seeded MAX_PIECE window of it (element-aligned)."""
     if record.size <= MAX_PIECE:
         return record
@@ -147,7 +161,7 @@ def _window(record: np.ndarray, itemsize: int, rng: np.random.Generator) -> np.n
     return record[start : start + MAX_PIECE]
 
 
-def _strata(n: int, k: int, rng: np.random.Generator) -> np.ndarray:
+def _strata(n: int, k: int, rng: np.random.Generator) -> npt.NDArray[np.int64]:
     """`k` increasing positions in 0..n-1, one seeded pick in each of k equal
     strata: evenly spread, yet not in lockstep with any period of the data."""
     if k >= n:
@@ -168,14 +182,14 @@ def _read_spread(
     n: int,
     k: int,
     per_read: int,
-    read: Callable[[np.ndarray], list[np.ndarray]],
+    read: Callable[[npt.NDArray[np.int64]], list[_Bytes]],
     itemsize: int,
     budget: int,
     rng: np.random.Generator,
-) -> list[np.ndarray]:
+) -> list[_Bytes]:
     """Reads `k` evenly spread records, `per_read` positions per call."""
     pos = _strata(n, k, rng)
-    pieces: list[np.ndarray] = []
+    pieces: list[_Bytes] = []
     total = 0
     for lo in range(0, len(pos), per_read):
         for record in read(pos[lo : lo + per_read]):
@@ -191,10 +205,10 @@ def _spread_sample(
     n: int,
     dtype: np.dtype,
     item_shape: tuple[int, ...],
-    read: Callable[[np.ndarray], list[np.ndarray]],
+    read: Callable[[npt.NDArray[np.int64]], list[_Bytes]],
     budget: int,
     rng: np.random.Generator,
-) -> list[np.ndarray]:
+) -> list[_Bytes]:
     """Evenly spread records of one fixed shape (arrays and Dense stores)."""
     record_bytes = dtype.itemsize * math.prod(item_shape)
     k = _sample_count(n, min(record_bytes, MAX_PIECE), budget)
@@ -202,20 +216,20 @@ def _spread_sample(
     return _read_spread(n, k, per_read, read, dtype.itemsize, budget, rng)
 
 
-def _split(values: np.ndarray, cu_seqlens: np.ndarray) -> list[np.ndarray]:
+def _split(values: npt.NDArray[np.generic], cu_seqlens: npt.NDArray[np.generic]) -> list[_Bytes]:
     """Packed records as uint8 arrays, one per record."""
     flat = _bytes_of(values)
     edges = cu_seqlens.astype(np.int64) * values.dtype.itemsize
     return [flat[a:b] for a, b in zip(edges[:-1], edges[1:], strict=True)]
 
 
-def _ragged_store_sample(store: Ragged, budget: int, rng: np.random.Generator) -> list[np.ndarray]:
+def _ragged_store_sample(store: Ragged, budget: int, rng: np.random.Generator) -> list[_Bytes]:
     """Evenly spread records of a Ragged store. Record sizes are unknown before
     reading, so a probe of up to 256 spread records estimates the mean first."""
     n = len(store)
     itemsize = store.dtype.itemsize
 
-    def read(pos: np.ndarray) -> list[np.ndarray]:
+    def read(pos: npt.NDArray[np.int64]) -> list[_Bytes]:
         batch = store[pos]
         return _split(np.from_dlpack(batch.values), np.from_dlpack(batch.cu_seqlens))
 
@@ -228,9 +242,7 @@ def _ragged_store_sample(store: Ragged, budget: int, rng: np.random.Generator) -
     return _read_spread(n, k, per_read, read, itemsize, budget, rng)
 
 
-def _ragged_batch_sample(
-    batch: RaggedBatch, budget: int, rng: np.random.Generator
-) -> list[np.ndarray]:
+def _ragged_batch_sample(batch: RaggedBatch, budget: int, rng: np.random.Generator) -> list[_Bytes]:
     """Evenly spread records of a packed host batch (all sizes known up front)."""
     if batch.device[0] != 1:
         raise ValueError("the RaggedBatch is not in host memory; transfer it explicitly first")
@@ -245,7 +257,7 @@ def _ragged_batch_sample(
     return _read_spread(n, k, n or 1, lambda pos: [records[i] for i in pos], itemsize, budget, rng)
 
 
-def _records_of(item: Any, i: int, checked: set[np.dtype]) -> Iterator[tuple[np.ndarray, int]]:
+def _records_of(item: DictRecord, i: int, checked: set[np.dtype]) -> Iterator[tuple[_Bytes, int]]:
     """The record(s) one iterable element stands for, as bytes, with their itemsize.
     `checked` remembers dtypes already validated."""
     if type(item) is np.ndarray and item.dtype in checked:  # the common case, fast
@@ -274,15 +286,15 @@ def _uniforms(rng: np.random.Generator) -> Iterator[float]:
 
 
 def _iterable_sample(
-    records: Iterable[Any], budget: int, rng: np.random.Generator
-) -> list[np.ndarray]:
+    records: Iterable[DictRecord], budget: int, rng: np.random.Generator
+) -> list[_Bytes]:
     """A seeded uniform subset of an iterable's records within the byte budget.
 
     Each record draws a random key; the records with the smallest keys whose
     bytes fit the budget are kept (bottom-k sampling), so memory stays bounded
     by the budget however long the iterable is. Kept records stay in input order.
     """
-    heap: list[tuple[float, int, np.ndarray]] = []  # (-key, order, piece): max-heap of keys
+    heap: list[tuple[float, int, _Bytes]] = []  # (-key, order, piece): max-heap of keys
     keys = _uniforms(rng)
     checked: set[np.dtype] = set()
     total = 0
@@ -306,7 +318,7 @@ def _iterable_sample(
 # ---- training ------------------------------------------------------------------
 
 
-def _train(pieces: list[np.ndarray], requested: int | None) -> bytes:
+def _train(pieces: list[_Bytes], requested: int | None) -> bytes:
     """Checks that the samples can train a dictionary, then asks zstd."""
     pieces = [p for p in pieces if p.size]
     total = sum(p.size for p in pieces)

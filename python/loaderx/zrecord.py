@@ -19,13 +19,30 @@ import mmap
 import numbers
 import os
 import threading
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Generic,
+    NoReturn,
+    Protocol,
+    SupportsInt,
+    TypeAlias,
+    TypeVar,
+    cast,
+)
 
 import numpy as np
 
 from . import _native, errors
 from ._schema import MAX_SHARDS, check_codec, check_dtype, check_int, check_item_shape
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+    import pyarrow as pa
+    from typing_extensions import CapsuleType, Self
+
+    from .allocator import Allocator
 
 __all__ = ["DLTensor", "Dense", "Ragged", "RaggedBatch", "ZrecordError"]
 
@@ -41,21 +58,42 @@ Consume it with ``np.from_dlpack(t)`` (shares memory), ``torch.from_dlpack(t)`` 
 _DL_CPU: int = _native.DL_CPU
 
 
+class SupportsDLPack(Protocol):
+    """An array a consumer imports with ``__dlpack__`` (NumPy, torch, JAX...)."""
+
+    def __dlpack__(self, *, stream: None = None) -> CapsuleType: ...
+
+
+class _DLPackDevice(Protocol):
+    def __dlpack_device__(self) -> tuple[SupportsInt, int]: ...
+
+
+if TYPE_CHECKING:
+    HostArray: TypeAlias = "npt.NDArray[np.generic] | DLTensor"
+    ArraySource: TypeAlias = "npt.NDArray[np.generic] | DLTensor | SupportsDLPack"
+    Positions: TypeAlias = "npt.NDArray[np.int64] | npt.NDArray[np.uint64]"
+    Key: TypeAlias = (
+        "int | np.integer | slice | range | Sequence[int | np.integer] | npt.NDArray[np.integer]"
+    )
+
+_BatchT = TypeVar("_BatchT")  # what a reader's gather returns
+
+
 class ModeError(io.UnsupportedOperation, TypeError):
     """Reading a writer or writing a reader."""
 
 
-def _fspath(path: Any) -> str:
+def _fspath(path: str | os.PathLike[str]) -> str:
     try:
         return os.fspath(path)
     except TypeError:
         raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}") from None
 
 
-def _is_readonly_mapping(a: np.ndarray) -> bool:
+def _is_readonly_mapping(a: npt.NDArray[np.generic]) -> bool:
     """True when `a`'s memory is a read-only shared file mapping (np.load with
     mmap_mode='r'), whose consumed pages the writer may drop from memory."""
-    base: Any = a
+    base: object = a
     while base is not None:
         if isinstance(base, np.memmap):
             return base.mode == "r"
@@ -65,18 +103,22 @@ def _is_readonly_mapping(a: np.ndarray) -> bool:
     return False
 
 
-def _host_array(data: Any, what: str) -> Any:
+def _host_array(data: object, what: str) -> HostArray:
     """A NumPy array or loaderx DLTensor for `data`, refusing anything that would
     need coercion or a device transfer."""
     if isinstance(data, (np.ndarray, DLTensor)):
-        return data
+        return cast("HostArray", data)
     if hasattr(data, "__dlpack__"):
-        dev = data.__dlpack_device__() if hasattr(data, "__dlpack_device__") else (_DL_CPU, 0)
+        dev = (
+            cast(_DLPackDevice, data).__dlpack_device__()
+            if hasattr(data, "__dlpack_device__")
+            else (_DL_CPU, 0)
+        )
         if int(dev[0]) != _DL_CPU:
             raise ValueError(
                 f"{what} lives on DLPack device {tuple(dev)}; transfer it to the host explicitly"
             )
-        return np.from_dlpack(data)
+        return np.from_dlpack(cast(SupportsDLPack, data))
     raise TypeError(
         f"{what} must be a NumPy array, a CPU DLPack producer or a loaderx DLTensor, "
         f"got {type(data).__name__} (append does not coerce)"
@@ -87,11 +129,10 @@ _ROOT_ALLOCATOR_LOCK = threading.Lock()
 
 
 def _out_of_range(i: int, n: int) -> IndexError:
-    err: IndexError = _native.out_of_range(i, n)
-    return err
+    return _native.out_of_range(i, n)
 
 
-def _positions(key: Any, n: int) -> int | np.ndarray:
+def _positions(key: object, n: int) -> int | Positions:
     """An int for a single position, or a 1-D int64/uint64 array for a batch."""
     if isinstance(key, numbers.Integral) and not isinstance(key, (bool, np.bool_)):
         i = int(key)
@@ -103,18 +144,20 @@ def _positions(key: Any, n: int) -> int | np.ndarray:
     if isinstance(key, range):
         return np.arange(key.start, key.stop, key.step, dtype=np.int64)
     if isinstance(key, np.ndarray):
-        arr = key
+        arr = cast("npt.NDArray[np.generic]", key)
     elif isinstance(key, (tuple, list)):
-        if len(key) == 0:
+        seq = cast("Sequence[object]", key)
+        if len(seq) == 0:
             return np.empty(0, dtype=np.int64)
         if not all(
-            isinstance(k, numbers.Integral) and not isinstance(k, (bool, np.bool_)) for k in key
+            isinstance(k, numbers.Integral) and not isinstance(k, (bool, np.bool_)) for k in seq
         ):
             raise TypeError("positions must be integers")
+        ints = cast("Sequence[int]", seq)  # Integral, by the check above
         try:
-            arr = np.asarray(key, dtype=np.int64)
+            arr = np.asarray(ints, dtype=np.int64)
         except OverflowError:
-            big = next(int(k) for k in key if not -(2**63) <= int(k) < 2**63)
+            big = next(int(k) for k in ints if not -(2**63) <= int(k) < 2**63)
             raise _out_of_range(big, n) from None
     else:
         raise TypeError(
@@ -129,23 +172,25 @@ def _positions(key: Any, n: int) -> int | np.ndarray:
         raise ValueError(f"positions must be one-dimensional, got shape {arr.shape}")
     if arr.dtype != np.int64 and arr.dtype != np.uint64:
         arr = arr.astype(np.int64)
-    return np.ascontiguousarray(arr)
+    return cast("Positions", np.ascontiguousarray(arr))  # int64 or uint64 by now
 
 
-class _Reader:
+class _Reader(Generic[_BatchT]):
     """What Dense and Ragged readers share: lifetime, metadata and index dispatch."""
 
     _kind = ""
 
-    def __init__(self, native: Any, path: str, allocator: Any = None) -> None:
-        self._native = native
+    def __init__(
+        self, native: _native.Store, path: str, allocator: Allocator | None = None
+    ) -> None:
+        self._native: _native.Store | None = native
         self._path = path
         self._allocator = allocator
         self._owns_allocator = False
         self._len = len(native)
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, checked: bool = False):
+    def open(cls, path: str | os.PathLike[str], *, checked: bool = False) -> Self:
         """Opens a published store for reading. Raises FileNotFoundError when the
         path does not exist and ZrecordError when it is not an intact store of
         this kind.
@@ -164,15 +209,16 @@ class _Reader:
             )
         return cls(native, p)
 
-    def _store(self) -> Any:
+    def _store(self) -> _native.Store:
         if self._native is None:
             raise ValueError(f"{self._path}: the store is closed")
         return self._native
 
-    def _native_allocator(self) -> Any:
-        return (self._allocator or self.allocator)._native
+    def _native_allocator(self) -> _native.Placement:
+        # Readers are the one user of an allocator's native pool.
+        return (self._allocator or self.allocator)._native  # pyright: ignore[reportPrivateUsage]
 
-    def bind(self, allocator: Any) -> _Reader:
+    def bind(self, allocator: Allocator) -> Self:
         """A view of the same store whose outputs land in `allocator`'s memory."""
         from .allocator import Allocator
 
@@ -215,7 +261,7 @@ class _Reader:
         return self._store().data_shards
 
     @property
-    def allocator(self) -> Any:
+    def allocator(self) -> Allocator:
         """Where this reader's outputs land: the allocator it was bound to, or, for
         a root reader, the host.Allocator it creates on first use."""
         if self._allocator is None:
@@ -235,23 +281,29 @@ class _Reader:
         self._store()
         return self._len
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[_BatchT]:
         for i in range(len(self)):
             yield self[i]
 
-    def __getitem__(self, key: Any) -> Any:
+    def __getitem__(self, key: Key) -> _BatchT:
         store = self._store()
         pos = _positions(key, self._len)
         if isinstance(pos, int):
             return self._one(store, pos)
         return self._many(store, pos)
 
+    def _one(self, store: _native.Store, pos: int) -> _BatchT:
+        raise NotImplementedError
+
+    def _many(self, store: _native.Store, pos: Positions) -> _BatchT:
+        raise NotImplementedError
+
     def verify(self) -> None:
         """Reads every record and checks it against its checksum; raises
         ZrecordError naming the file and record of the first damaged one."""
         self._store().verify()
 
-    def append(self, data: Any) -> None:
+    def append(self, data: object) -> NoReturn:
         raise ModeError(
             f"{self._path}: opened for reading; published stores are immutable "
             f"(write a new store with {type(self).__name__}.create)"
@@ -261,10 +313,10 @@ class _Reader:
         """Releases this reader (and the host allocator a root reader created).
         Batches already returned stay valid."""
         self._native = None
-        if self._owns_allocator:
+        if self._owns_allocator and self._allocator is not None:
             self._allocator.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         self._store()
         return self
 
@@ -279,7 +331,9 @@ class _Reader:
 class _Writer:
     """What Dense and Ragged writers share: lifetime and publish."""
 
-    def __init__(self, native: Any, path: str, dtype: np.dtype, codec: str, data_shards: int):
+    def __init__(
+        self, native: _native.Writer, path: str, dtype: np.dtype, codec: str, data_shards: int
+    ) -> None:
         self._native = native
         self._path = path
         self._dtype = dtype
@@ -322,7 +376,7 @@ class _Writer:
         """Discards everything appended; nothing is published."""
         self._native.abort()
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
@@ -331,7 +385,7 @@ class _Writer:
         else:
             self.abort()
 
-    def _refuse_read(self, *args: object) -> Any:
+    def _refuse_read(self, *args: object) -> NoReturn:
         raise ModeError(
             f"{self._path}: a writer cannot be read; close() it, then open the published store"
         )
@@ -344,7 +398,13 @@ class _Writer:
         return f"{type(self).__name__}({self._path!r}, {state})"
 
 
-def _create_args(path: Any, dtype: Any, codec: Any, data_shards: Any, dict_bytes: Any):
+def _create_args(
+    path: str | os.PathLike[str],
+    dtype: npt.DTypeLike,
+    codec: str,
+    data_shards: int,
+    dict_bytes: bytes | None,
+) -> tuple[str, np.dtype, int, bytes | None]:
     p = _fspath(path)
     dt = check_dtype(dtype)
     shards = check_int(data_shards, "data_shards", 1, MAX_SHARDS)
@@ -356,13 +416,13 @@ class DenseWriter(_Writer):
 
     def __init__(
         self,
-        native: Any,
+        native: _native.Writer,
         path: str,
         dtype: np.dtype,
         item_shape: tuple[int, ...],
         codec: str,
         data_shards: int,
-    ):
+    ) -> None:
         super().__init__(native, path, dtype, codec, data_shards)
         self._item_shape = item_shape
 
@@ -370,7 +430,7 @@ class DenseWriter(_Writer):
     def item_shape(self) -> tuple[int, ...]:
         return self._item_shape
 
-    def append(self, data: Any) -> None:
+    def append(self, data: ArraySource) -> None:
         """Appends ``n`` records from an array of exactly the schema's dtype and
         shape ``(n, *item_shape)``: a C-contiguous NumPy array, a CPU DLPack
         producer, or a loaderx DLTensor. Nothing is converted. Pass the whole
@@ -395,7 +455,7 @@ class DenseWriter(_Writer):
         self._native.append_dense(arr, shape[0], release)
 
 
-class Dense(_Reader):
+class Dense(_Reader[DLTensor]):
     """A Dense store: one fixed-shape array per record.
 
     ``ds[i]`` is one record as a DLTensor of ``item_shape``; ``ds[i, j, k]``, a
@@ -408,7 +468,7 @@ class Dense(_Reader):
     def create(
         cls,
         path: str | os.PathLike[str],
-        dtype: Any,
+        dtype: npt.DTypeLike,
         item_shape: Iterable[int] | int,
         *,
         codec: str,
@@ -430,19 +490,19 @@ class Dense(_Reader):
         """Dimensions of one record."""
         return len(self.item_shape)
 
-    def _one(self, store: Any, pos: int) -> DLTensor:
+    def _one(self, store: _native.Store, pos: int) -> DLTensor:
         return store.get_dense(pos, self._native_allocator())
 
-    def _many(self, store: Any, pos: np.ndarray) -> DLTensor:
+    def _many(self, store: _native.Store, pos: Positions) -> DLTensor:
         return store.gather_dense(pos, self._native_allocator())
 
-    def gather(self, positions: np.ndarray) -> DLTensor:
+    def gather(self, positions: Positions) -> DLTensor:
         """Batch read of a contiguous 1-D int64/uint64 position array, without
         the dispatch of ``__getitem__``: the loader's hot path."""
         return self._store().gather_dense(positions, self._native_allocator())
 
 
-def _as_dltensor(a: Any) -> DLTensor:
+def _as_dltensor(a: HostArray) -> DLTensor:
     return a if isinstance(a, DLTensor) else DLTensor._from_array(a)
 
 
@@ -457,7 +517,12 @@ class RaggedBatch:
 
     __slots__ = ("values", "cu_seqlens", "shapes", "_from_readonly_mapping")
 
-    def __init__(self, values: Any, cu_seqlens: Any, shapes: Any) -> None:
+    values: DLTensor
+    cu_seqlens: DLTensor
+    shapes: DLTensor
+    _from_readonly_mapping: bool
+
+    def __init__(self, values: ArraySource, cu_seqlens: ArraySource, shapes: ArraySource) -> None:
         v = _host_array(values, "values")
         c = _host_array(cu_seqlens, "cu_seqlens")
         s = _host_array(shapes, "shapes")
@@ -492,21 +557,21 @@ class RaggedBatch:
         self._from_readonly_mapping = isinstance(v, np.ndarray) and _is_readonly_mapping(v)
 
     @classmethod
-    def _trusted(cls, values: Any, cu_seqlens: Any, shapes: Any) -> RaggedBatch:
+    def _trusted(cls, values: DLTensor, cu_seqlens: DLTensor, shapes: DLTensor) -> Self:
         b = object.__new__(cls)
         b.values, b.cu_seqlens, b.shapes = values, cu_seqlens, shapes
         b._from_readonly_mapping = False
         return b
 
     @classmethod
-    def from_records(cls, records: Iterable[Any]) -> RaggedBatch:
+    def from_records(cls, records: Iterable[npt.NDArray[np.generic]]) -> Self:
         """Packs a finite iterable of NumPy arrays of one dtype and ndim (>= 1)."""
         if isinstance(records, np.ndarray):
             raise TypeError(
                 "from_records takes an iterable of record arrays; for one fixed-shape array "
                 "use Dense, or iterate it explicitly with list(array)"
             )
-        arrays = []
+        arrays: list[npt.NDArray[np.generic]] = []
         for i, r in enumerate(records):
             if not isinstance(r, np.ndarray):
                 raise TypeError(f"record {i} is a {type(r).__name__}, expected a NumPy array")
@@ -538,7 +603,9 @@ class RaggedBatch:
         return cls._trusted(_as_dltensor(values), _as_dltensor(cu), _as_dltensor(shapes))
 
     @classmethod
-    def from_arrow(cls, array: Any) -> RaggedBatch:
+    def from_arrow(
+        cls, array: pa.ListArray[Any] | pa.LargeListArray[Any] | pa.ChunkedArray[Any]
+    ) -> Self:
         """Packs a pyarrow ``ListArray`` / ``LargeListArray`` of a primitive type (or
         a ``ChunkedArray`` of one chunk) as one-dimensional records. Values are
         shared with Arrow when its buffers allow; ``LargeListArray`` offsets are
@@ -561,7 +628,9 @@ class RaggedBatch:
             raise ValueError(
                 f"the list array holds {array.null_count} nulls; records cannot be null"
             )
-        flat = array.flatten()  # respects slicing, unlike .values
+        # flatten() respects slicing, unlike .values; pyarrow's stubs leave the type
+        # of its elements open.
+        flat = cast("pa.Array[Any]", array.flatten())  # pyright: ignore[reportUnknownMemberType]
         if flat.null_count:
             raise ValueError(f"the list values hold {flat.null_count} nulls")
         if not pa.types.is_primitive(flat.type) or pa.types.is_boolean(flat.type):
@@ -604,8 +673,14 @@ class RaggedWriter(_Writer):
     """Append-only builder of a Ragged store; returned by ``Ragged.create``."""
 
     def __init__(
-        self, native: Any, path: str, dtype: np.dtype, ndim: int, codec: str, data_shards: int
-    ):
+        self,
+        native: _native.Writer,
+        path: str,
+        dtype: np.dtype,
+        ndim: int,
+        codec: str,
+        data_shards: int,
+    ) -> None:
         super().__init__(native, path, dtype, codec, data_shards)
         self._ndim = ndim
 
@@ -627,11 +702,14 @@ class RaggedWriter(_Writer):
         if batch.ndim != self._ndim:
             raise ValueError(f"expected records of ndim {self._ndim}, got ndim {batch.ndim}")
         self._native.append_ragged(
-            batch.values, batch.cu_seqlens, batch.shapes, batch._from_readonly_mapping
+            batch.values,
+            batch.cu_seqlens,
+            batch.shapes,
+            batch._from_readonly_mapping,  # pyright: ignore[reportPrivateUsage]
         )
 
 
-class Ragged(_Reader):
+class Ragged(_Reader[RaggedBatch]):
     """A Ragged store: variable-shape records of one dtype and ndim >= 1.
 
     ``rs[i]`` is a one-record RaggedBatch; any collection of positions is one
@@ -643,7 +721,7 @@ class Ragged(_Reader):
     def create(
         cls,
         path: str | os.PathLike[str],
-        dtype: Any,
+        dtype: npt.DTypeLike,
         *,
         ndim: int,
         codec: str,
@@ -661,15 +739,15 @@ class Ragged(_Reader):
         """Dimensions of each record."""
         return self._store().ndim
 
-    def _one(self, store: Any, pos: int) -> RaggedBatch:
+    def _one(self, store: _native.Store, pos: int) -> RaggedBatch:
         return self._many(store, np.array([pos], dtype=np.int64))
 
-    def _many(self, store: Any, pos: np.ndarray) -> RaggedBatch:
-        return RaggedBatch._trusted(*store.gather_ragged(pos, self._native_allocator()))
+    def _many(self, store: _native.Store, pos: Positions) -> RaggedBatch:
+        gathered = store.gather_ragged(pos, self._native_allocator())
+        return RaggedBatch._trusted(*gathered)  # pyright: ignore[reportPrivateUsage]
 
-    def gather(self, positions: np.ndarray) -> RaggedBatch:
+    def gather(self, positions: Positions) -> RaggedBatch:
         """Batch read of a contiguous 1-D int64/uint64 position array: the
         loader's hot path."""
-        return RaggedBatch._trusted(
-            *self._store().gather_ragged(positions, self._native_allocator())
-        )
+        gathered = self._store().gather_ragged(positions, self._native_allocator())
+        return RaggedBatch._trusted(*gathered)  # pyright: ignore[reportPrivateUsage]
