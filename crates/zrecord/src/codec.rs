@@ -75,6 +75,14 @@ impl Codec {
     }
 }
 
+/// zstd refused `dict`: a dictionary whose header is damaged.
+fn unusable_dict(dict: &[u8]) -> Error {
+    Error::InvalidArgument(format!(
+        "the {}-byte dictionary is not a usable zstd dictionary",
+        dict.len()
+    ))
+}
+
 fn zstd_error(code: zstd_safe::ErrorCode) -> String {
     zstd_safe::get_error_name(code).to_string()
 }
@@ -90,7 +98,9 @@ impl Encoder {
         codec.check_dict(dict)?;
         Ok(Encoder {
             codec,
-            cdict: dict.map(|d| CDict::create(d, ZSTD_LEVEL)),
+            cdict: dict
+                .map(|d| CDict::try_create(d, ZSTD_LEVEL).ok_or_else(|| unusable_dict(d)))
+                .transpose()?,
             contexts: Recycler::new(),
         })
     }
@@ -135,7 +145,9 @@ impl Decoder {
         codec.check_dict(dict)?;
         Ok(Decoder {
             codec,
-            ddict: dict.map(DDict::create),
+            ddict: dict
+                .map(|d| DDict::try_create(d).ok_or_else(|| unusable_dict(d)))
+                .transpose()?,
             contexts: Recycler::new(),
         })
     }

@@ -84,19 +84,19 @@ pub struct ReadOptions {
 
 /// Which index blocks have been checked against their checksums.
 struct IndexBlocks {
-    /// `index.sum`: one xxh3-64 per block. Empty for version 1 stores, whose
-    /// whole index is checked at open.
+    /// Whether the whole index was checked at open, so no block needs a look.
+    all: bool,
+    /// `index.sum`: one xxh3-64 per block.
     sums: Vec<u8>,
     checked: Vec<AtomicU64>,
 }
 
 impl IndexBlocks {
-    fn all_checked(blocks: usize) -> IndexBlocks {
+    fn all_checked() -> IndexBlocks {
         IndexBlocks {
+            all: true,
             sums: Vec::new(),
-            checked: (0..blocks.div_ceil(64))
-                .map(|_| AtomicU64::new(u64::MAX))
-                .collect(),
+            checked: Vec::new(),
         }
     }
 
@@ -127,6 +127,8 @@ pub struct Store {
     blocks: IndexBlocks,
     attrs: Option<Vec<u8>>,
     options: ReadOptions,
+    /// Logical bytes of every record of a Dense store; `None` for Ragged.
+    dense_bytes: Option<u64>,
 }
 
 /// The records of one gather, resolved and checked, with the output they need.
@@ -296,9 +298,10 @@ impl Store {
                     "index checksum mismatch (the index is damaged)",
                 ));
             }
-            IndexBlocks::all_checked(block_count)
+            IndexBlocks::all_checked()
         } else {
             IndexBlocks {
+                all: false,
                 sums,
                 checked: (0..block_count.div_ceil(64))
                     .map(|_| AtomicU64::new(0))
@@ -338,7 +341,12 @@ impl Store {
         };
         let decoder = Decoder::new(header.schema.codec, dict.as_deref())
             .map_err(|e| Error::corrupt(path, e.to_string()))?;
+        let dense_bytes = match header.schema.kind {
+            Kind::Dense => header.schema.record_bytes(),
+            Kind::Ragged => None,
+        };
         Ok(Store {
+            dense_bytes,
             path: path.to_path_buf(),
             index_path,
             entry_size: header.schema.entry_size(),
@@ -408,28 +416,28 @@ impl Store {
     }
 
     /// The raw bytes of entry `i`, after checking the index blocks they lie in.
+    #[inline]
     fn entry_bytes(&self, i: u64) -> Result<&[u8]> {
         let index = self.index.as_deref().unwrap_or(&[]);
-        let span = usize::try_from(i)
-            .ok()
-            .and_then(|i| i.checked_mul(self.entry_size))
-            .and_then(|at| Some(at..at.checked_add(self.entry_size)?));
-        let Some(span) = span.filter(|s| s.end <= index.len()) else {
+        let es = self.entry_size;
+        let at = usize::try_from(i).ok().and_then(|i| i.checked_mul(es));
+        let Some((at, raw)) = at.and_then(|at| Some((at, index.get(at..at.checked_add(es)?)?)))
+        else {
             return Err(Error::OutOfRange {
                 index: i as i128,
                 len: self.len(),
             });
         };
-        let (first, last) = (
-            span.start / INDEX_BLOCK_BYTES,
-            (span.end - 1) / INDEX_BLOCK_BYTES,
-        );
-        for block in first..=last {
-            if !self.blocks.is_checked(block) {
-                self.check_block(index, block)?;
+        if !self.blocks.all {
+            let (first, last) = (at / INDEX_BLOCK_BYTES, (at + es - 1) / INDEX_BLOCK_BYTES);
+            if !self.blocks.is_checked(first) {
+                self.check_block(index, first)?;
+            }
+            if last != first && !self.blocks.is_checked(last) {
+                self.check_block(index, last)?;
             }
         }
-        Ok(&index[span])
+        Ok(raw)
     }
 
     fn check_block(&self, index: &[u8], block: usize) -> Result<()> {
@@ -451,51 +459,68 @@ impl Store {
     }
 
     /// Logical bytes of record `i` whose entry bytes are `raw`.
+    #[inline]
     fn logical_bytes(&self, i: u64, raw: &[u8]) -> Result<u64> {
-        let schema = &self.header.schema;
-        match schema.kind {
-            Kind::Dense => Ok(schema.record_bytes().unwrap_or(0)),
-            Kind::Ragged => raw[ENTRY_FIXED..]
-                .chunks_exact(8)
-                .try_fold(schema.dtype.itemsize() as u64, |n, w| {
-                    n.checked_mul(le_u64(w, 0))
-                })
-                .filter(|&n| n <= MAX_RECORD_BYTES)
-                .ok_or_else(|| {
-                    Error::corrupt_record(
-                        &self.index_path,
-                        i,
-                        "its shape is out of range (over the 2 GiB record limit)",
-                    )
-                }),
+        if let Some(n) = self.dense_bytes {
+            return Ok(n);
         }
+        raw[ENTRY_FIXED..]
+            .chunks_exact(8)
+            .try_fold(self.header.schema.dtype.itemsize() as u64, |n, w| {
+                n.checked_mul(le_u64(w, 0))
+            })
+            .filter(|&n| n <= MAX_RECORD_BYTES)
+            .ok_or_else(|| {
+                Error::corrupt_record(
+                    &self.index_path,
+                    i,
+                    "its shape is out of range (over the 2 GiB record limit)",
+                )
+            })
     }
 
     /// The entry of record `i` and its logical size, checked: it lies inside an
     /// existing data file and its stored length can hold its shape.
+    #[inline]
     fn checked_entry(&self, i: u64) -> Result<(Entry, u64)> {
         let raw = self.entry_bytes(i)?;
         let e = Entry::decode(raw);
         let logical = self.logical_bytes(i, raw)?;
-        let bad = |msg: String| Err(Error::corrupt_record(&self.index_path, i, msg));
-        let Some(file) = self.files.get(e.shard as usize) else {
-            return bad(format!("data file {} does not exist", e.shard));
+        let stored = e.stored_len as u64;
+        let in_file = self.files.get(e.shard as usize).is_some_and(|f| {
+            e.offset
+                .checked_add(stored)
+                .is_some_and(|end| end <= f.bytes().len() as u64)
+        });
+        let fits = if self.read_directly {
+            stored == logical
+        } else {
+            stored.saturating_mul(MAX_EXPANSION) >= logical
         };
-        match e.offset.checked_add(e.stored_len as u64) {
-            Some(end) if end <= file.bytes().len() as u64 => {}
-            _ => return bad(format!("points past the end of {}", file.path.display())),
+        if in_file && fits {
+            Ok((e, logical))
+        } else {
+            Err(self.entry_error(i, &e, logical))
         }
-        let fits = match self.header.schema.codec {
-            Codec::Raw => e.stored_len as u64 == logical,
-            _ => (e.stored_len as u64).saturating_mul(MAX_EXPANSION) >= logical,
-        };
-        if !fits {
-            return bad(format!(
+    }
+
+    #[cold]
+    fn entry_error(&self, i: u64, e: &Entry, logical: u64) -> Error {
+        let msg = match self.files.get(e.shard as usize) {
+            None => format!("data file {} does not exist", e.shard),
+            Some(f)
+                if e.offset
+                    .checked_add(e.stored_len as u64)
+                    .is_none_or(|end| end > f.bytes().len() as u64) =>
+            {
+                format!("points past the end of {}", f.path.display())
+            }
+            Some(_) => format!(
                 "stores {} bytes, which cannot hold its {logical} logical bytes",
                 e.stored_len
-            ));
-        }
-        Ok((e, logical))
+            ),
+        };
+        Error::corrupt_record(&self.index_path, i, msg)
     }
 
     fn check_positions(&self, idx: &[u64]) -> Result<()> {
@@ -525,17 +550,7 @@ impl Store {
                 }
             }
             let (e, logical) = self.checked_entry(p)?;
-            if self.decodes() {
-                let declared =
-                    declared_size(self.stored(&e)).map_err(|msg| self.payload_error(&e, p, msg))?;
-                if declared != logical {
-                    return Err(self.payload_error(
-                        &e,
-                        p,
-                        format!("its frame declares {declared} bytes, its shape needs {logical}"),
-                    ));
-                }
-            }
+            self.check_declared_size(&e, p, logical)?;
             total = total
                 .checked_add(logical)
                 .ok_or_else(|| too_large(idx.len()))?;
@@ -574,7 +589,7 @@ impl Store {
             )));
         }
         match &plan.layout {
-            None => self.fill_parts(plan, out, 0..plan.ids.len(), par),
+            None => self.fill_parts(plan, out, par),
             Some(layout) => {
                 let (values, meta) = out.split_at_mut(layout.cu_offset);
                 let (cu, shapes) = meta.split_at_mut(layout.shapes_offset - layout.cu_offset);
@@ -591,20 +606,14 @@ impl Store {
                         .copy_from_slice(&raw[ENTRY_FIXED..ENTRY_FIXED + shape_bytes]);
                 }
                 let values = &mut values[..layout.values_bytes];
-                self.fill_parts(plan, values, 0..plan.ids.len(), par)
+                self.fill_parts(plan, values, par)
             }
         }
     }
 
-    /// Decodes the planned records `range` into `out` (their logical bytes end to
-    /// end), split into parts of roughly equal bytes run through `par`.
-    fn fill_parts(
-        &self,
-        plan: &Plan<'_>,
-        out: &mut [u8],
-        range: std::ops::Range<usize>,
-        par: &dyn Parallel,
-    ) -> Result<()> {
+    /// Decodes the planned records into `out` (their logical bytes end to end),
+    /// split into parts of roughly equal bytes run through `par`.
+    fn fill_parts(&self, plan: &Plan<'_>, out: &mut [u8], par: &dyn Parallel) -> Result<()> {
         if out.is_empty() {
             return Ok(());
         }
@@ -612,10 +621,11 @@ impl Store {
         let target = out.len().div_ceil(parts).max(1);
         let mut tasks = Vec::with_capacity(parts);
         let mut rest = out;
-        let mut start = range.start;
-        while start < range.end {
+        let n = plan.ids.len();
+        let mut start = 0;
+        while start < n {
             let (mut end, mut bytes) = (start, 0);
-            while end < range.end && (end == start || bytes < target) {
+            while end < n && (end == start || bytes < target) {
                 bytes += plan.sizes[end];
                 end += 1;
             }
@@ -657,6 +667,25 @@ impl Store {
             .get(e.shard as usize)
             .and_then(|f| f.bytes().get(start..start + e.stored_len as usize))
             .unwrap_or(&[])
+    }
+
+    /// A compressed record's frame must declare exactly its logical size, so
+    /// that nothing is allocated for a size the frame does not hold.
+    #[inline]
+    fn check_declared_size(&self, e: &Entry, pos: u64, logical: u64) -> Result<()> {
+        if !self.decodes() {
+            return Ok(());
+        }
+        let declared =
+            declared_size(self.stored(e)).map_err(|msg| self.payload_error(e, pos, msg))?;
+        if declared != logical {
+            return Err(self.payload_error(
+                e,
+                pos,
+                format!("its frame declares {declared} bytes, its shape needs {logical}"),
+            ));
+        }
+        Ok(())
     }
 
     fn payload_error(&self, e: &Entry, pos: u64, msg: impl Into<String>) -> Error {
@@ -774,6 +803,7 @@ impl Store {
                 if xxh3_64(self.stored(&e)) != e.checksum {
                     return Err(self.checksum_error(&e, i));
                 }
+                self.check_declared_size(&e, i, logical)?;
                 let logical = logical as usize;
                 if scratch.len() < logical {
                     scratch

@@ -132,16 +132,7 @@ fn regressions_dir() -> PathBuf {
 /// finding's signature, the test that reproduces it)`. A finding whose signature
 /// contains the first string is counted and printed but does not fail the run
 /// (unless `ZRECORD_FUZZ_STRICT=1`). Delete the entry when the bug is fixed.
-const KNOWN: &[(&str, &str)] = &[
-    (
-        "panic in Store::open at zstd-safe-",
-        "known_open_panics_on_a_damaged_dictionary",
-    ),
-    (
-        "over-allocation in Store::verify",
-        "known_verify_allocates_the_record_size_a_forged_header_claims",
-    ),
-];
+const KNOWN: &[(&str, &str)] = &[];
 
 fn known(signature: &str) -> Option<&'static str> {
     KNOWN
@@ -2200,9 +2191,8 @@ fn replay_fuzz_regressions() {
 }
 
 // ---------------------------------------------------------------------------
-// Reproductions of the failures found, each minimal and deterministic. They are
-// ignored until the fix lands: then un-ignore them and delete their [`KNOWN`]
-// entry.
+// Reproductions of the failures found, each minimal and deterministic: they
+// failed before their fix and now guard it.
 
 /// Writes a one-record store in a new temporary directory.
 fn one_record_store(
@@ -2234,8 +2224,7 @@ fn rewrite_header(dest: &Path, change: impl FnOnce(&mut Header)) {
 /// `Store::open`. Found by `fuzz_ragged_stores` (flip of `dict.bin[8]`, then the
 /// dictionary checksum recomputed). `DDict::try_create` returns `None` instead.
 #[test]
-#[ignore = "reproduces a known panic; fixed in reader/format hardening"]
-fn known_open_panics_on_a_damaged_dictionary() {
+fn a_damaged_dictionary_is_an_error_at_open() {
     let dict = trained_dictionary(&mut Rng::new(1));
     let schema = Schema::dense(DType::U8, &[64], Codec::ZstdDict, 1).expect("schema");
     let (_tmp, dest) = one_record_store(schema, Some(&dict), &[7u8; 64]);
@@ -2255,8 +2244,7 @@ fn known_open_panics_on_a_damaged_dictionary() {
 /// instead of returning an error (Python: `dict_bytes` that are not a valid
 /// zstd dictionary). Found while reproducing the reader's case.
 #[test]
-#[ignore = "reproduces a known panic; fixed in reader/format hardening"]
-fn known_writer_create_panics_on_a_damaged_dictionary() {
+fn a_damaged_dictionary_is_refused_by_the_writer() {
     let mut dict = trained_dictionary(&mut Rng::new(1));
     dict[8] ^= 0x02;
     let tmp = tempfile::tempdir().expect("a temporary directory");
@@ -2276,8 +2264,7 @@ fn known_writer_create_panics_on_a_damaged_dictionary() {
 /// (every gather) checks the frame's declared size first and allocates nothing.
 /// Found by `fuzz_dense_stores` and `fuzz_ragged_stores`.
 #[test]
-#[ignore = "reproduces a known over-allocation; fixed in reader/format hardening"]
-fn known_verify_allocates_the_record_size_a_forged_header_claims() {
+fn verify_allocates_nothing_for_sizes_frames_do_not_hold() {
     let record = Rng::new(2).bytes(4096);
     let schema = Schema::dense(DType::U8, &[4096], Codec::Zstd, 1).expect("schema");
     let (_tmp, dest) = one_record_store(schema, None, &record);
