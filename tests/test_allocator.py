@@ -77,23 +77,35 @@ def test_a_root_reader_reads_into_its_own_host_allocator(dense, tmp_path):
     del kept
 
 
-def test_a_python_only_allocator_cannot_receive_gathers(dense):
-    ds, _ = dense
+REFUSED = (
+    r"cannot subclass a loaderx allocator: readers gather only into loaderx's own "
+    r"allocators \(host, cuda, amdgpu\), filling their native pools directly, so a "
+    r"subclass's methods would never see a read$"
+)
 
-    class Mine(Allocator):
-        def allocate(self, nbytes):
-            raise AssertionError("not called")
 
-        def close(self):
-            pass
+def test_allocators_cannot_be_defined_outside_loaderx():
+    with pytest.raises(TypeError, match="^Mine " + REFUSED):
 
-        @property
-        def closed(self):
-            return False
+        class Mine(Allocator):
+            def allocate(self, nbytes):
+                raise AssertionError("never called")
 
-    view = ds.bind(Mine())
-    with pytest.raises(TypeError, match="Mine has no native pool: readers gather only"):
-        view[[0]]
+            def close(self):
+                pass
+
+            @property
+            def closed(self):
+                return False
+
+    # A subclass of a concrete allocator would look like one, yet reads would
+    # never call its methods either.
+    with pytest.raises(TypeError, match="^Logged " + REFUSED):
+
+        class Logged(host_alloc.Allocator):
+            def allocate(self, nbytes):
+                print("allocate", nbytes)
+                return super().allocate(nbytes)
 
 
 def test_live_regions_are_never_handed_out_twice(dense):

@@ -1,4 +1,4 @@
-"""The CUDA and AMDGPU allocators, against a fake runtime built from
+"""The cuda and amdgpu allocators, against a fake runtime built from
 tests/fake_gpu_runtime.c (device memory is host memory there, so the tests can
 read what a gather put on the "device"), and the runtime discovery order."""
 
@@ -21,19 +21,6 @@ from loaderx.zrecord import Dense, Ragged, RaggedBatch
 
 HERE = Path(__file__).parent
 KDL_CUDA, KDL_ROCM = 2, 10
-
-
-@pytest.fixture(scope="session")
-def fake_runtime(tmp_path_factory):
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler to build the fake GPU runtime")
-    lib = tmp_path_factory.mktemp("fake-gpu") / "libfakegpu.so"
-    subprocess.run(
-        [cc, "-shared", "-fPIC", "-O1", "-o", str(lib), str(HERE / "fake_gpu_runtime.c")],
-        check=True,
-    )
-    return lib
 
 
 @pytest.fixture

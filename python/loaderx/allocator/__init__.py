@@ -1,18 +1,27 @@
 """Where gathered batches live.
 
-``Allocator`` is the contract every placement implements: ``allocate(nbytes)``
-returns an ``Allocation`` (an exclusively owned region with an address, a size and
-a DLPack device), released regions return to the allocator's pool, and ``close()``
-ends it. Readers create a ``host.Allocator`` lazily on their first read;
-``reader.bind(allocator)`` makes a view of the same store whose outputs land in
-another allocator's memory. Concrete allocators live in submodules; importing this
-package discovers no GPU runtime.
+``Allocator`` is what loaderx's allocators (``host``, ``cuda`` and ``amdgpu``)
+have in common: ``allocate(nbytes)`` returns an ``Allocation`` (an exclusively
+owned region with an address, a size and a DLPack device), released regions
+return to the allocator's pool, and ``close()`` ends it. Readers create a
+``host.Allocator`` lazily on their first read; ``reader.bind(allocator)`` makes a
+view of the same store whose outputs land in another allocator's memory.
+
+It is not an extension point: a read fills the native pool behind one of those
+three allocators directly, so no Python method of a subclass would take part, and
+a subclass defined outside loaderx is a TypeError. The concrete allocators live in
+submodules; importing this package discovers no GPU runtime.
 """
 
 from __future__ import annotations
 
 import abc
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from .._native import Placement
 
 
 class Allocation(abc.ABC):
@@ -35,7 +44,17 @@ class Allocation(abc.ABC):
 
 
 class Allocator(abc.ABC):
-    """Hands out exact-size regions and pools released ones."""
+    """Hands out exact-size regions and pools released ones. Only loaderx defines
+    allocators: subclassing one elsewhere raises TypeError."""
+
+    def __init_subclass__(cls) -> None:
+        super().__init_subclass__()
+        if cls.__module__ != "loaderx" and not cls.__module__.startswith("loaderx."):
+            raise TypeError(
+                f"{cls.__name__} cannot subclass a loaderx allocator: readers gather only "
+                "into loaderx's own allocators (host, cuda, amdgpu), filling their native "
+                "pools directly, so a subclass's methods would never see a read"
+            )
 
     @abc.abstractmethod
     def allocate(self, nbytes: int) -> Allocation: ...
@@ -50,14 +69,11 @@ class Allocator(abc.ABC):
     def closed(self) -> bool: ...
 
     @property
-    def _native(self) -> Any:
-        """The native allocator the gather fills into."""
-        raise TypeError(
-            f"{type(self).__name__} has no native pool: readers gather only into "
-            "loaderx's own allocators (host, cuda, amdgpu)"
-        )
+    @abc.abstractmethod
+    def _native(self) -> Placement:
+        """The native pool a gather fills."""
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from .. import _native
 from .._schema import check_int
 from . import _runtime
@@ -21,4 +23,5 @@ class GpuAllocator(PooledAllocator):
     @property
     def library(self) -> str:
         """The runtime library this allocator loaded."""
-        return self._pool.library
+        # Only host placements have no library.
+        return cast(str, self._pool.library)

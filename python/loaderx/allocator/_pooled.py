@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from .. import _native
 from .._schema import check_int
@@ -29,7 +29,7 @@ class Stats(NamedTuple):
 class PooledAllocation(Allocation):
     __slots__ = ("_a",)
 
-    def __init__(self, native: Any) -> None:
+    def __init__(self, native: _native.Allocation) -> None:
         self._a = native
 
     @property
@@ -51,7 +51,7 @@ class PooledAllocator(_Base):
     class, which keeps repeated batch sizes free of fresh page faults and runtime
     calls."""
 
-    def __init__(self, pool: Any) -> None:
+    def __init__(self, pool: _native.Placement) -> None:
         self._pool = pool
 
     def allocate(self, nbytes: int) -> PooledAllocation:
@@ -75,7 +75,7 @@ class PooledAllocator(_Base):
         return self._pool.closed
 
     @property
-    def _native(self) -> Any:
+    def _native(self) -> _native.Placement:
         if self.closed:
             raise ValueError("the allocator is closed")
         return self._pool

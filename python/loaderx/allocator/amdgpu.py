@@ -1,4 +1,4 @@
-"""AMD GPU memory through the HIP runtime (ROCm).
+"""AMD GPU memory through the HIP runtime.
 
 ``Allocator(device=0)`` hands out managed memory of HIP device ``device``: the
 device consumes it directly (DLPack device type 10, ``kDLROCM``) and the host may
