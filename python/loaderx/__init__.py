@@ -1,11 +1,53 @@
 """loaderx: typed, immutable on-disk record containers (``loaderx.zrecord``) and a
-stateless, resumable data loader (``loaderx.sampler``, ``loaderx.dataloader``)."""
+stateless, resumable data loader (``loaderx.sampler``, ``loaderx.dataloader``).
 
+The main names are here too: ``Dense``, ``Ragged``, ``RaggedBatch``, ``DLTensor``,
+``Loader``, ``Sampler`` and every exception of ``loaderx.errors``. The first six
+are imported on first use, so ``import loaderx`` loads neither NumPy nor the
+native extension.
+"""
+
+from __future__ import annotations
+
+import importlib
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
+
+from . import errors
+from .errors import *  # noqa: F403 - the exceptions are part of the top-level API
+
+if TYPE_CHECKING:
+    from .dataloader import Loader
+    from .sampler import Sampler
+    from .zrecord import Dense, DLTensor, Ragged, RaggedBatch
 
 try:
     __version__ = version("loaderx")
 except PackageNotFoundError:  # running from a source tree without installing
     __version__ = "0+unknown"
 
-__all__ = ["__version__"]
+# Each lazily imported name and the module that defines it.
+_LAZY = {
+    "DLTensor": "zrecord",
+    "Dense": "zrecord",
+    "Ragged": "zrecord",
+    "RaggedBatch": "zrecord",
+    "Loader": "dataloader",
+    "Sampler": "sampler",
+}
+
+__all__ = ["DLTensor", "Dense", "Loader", "Ragged", "RaggedBatch", "Sampler", "__version__"]
+__all__ += errors.__all__
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'loaderx' has no attribute {name!r}")
+    value: object = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # found directly from now on
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
