@@ -138,9 +138,7 @@ def run(args: argparse.Namespace) -> int:
                 as_version_1(store, old)
                 index_mib = (store / "index.bin").stat().st_size / 2**20
                 for path, label in ((store, "2"), (old, "1")):
-                    r = run_worker(
-                        sys.executable, ["-m", __name__, "--worker", kind, str(path)]
-                    )
+                    r = run_worker(sys.executable, ["-m", __name__, "--worker", kind, str(path)])
                     if r["version"] != int(label):
                         raise SystemExit(f"{path}: opened as version {r['version']}")
                     rows.append(
