@@ -312,6 +312,7 @@ def parts_worker(args: argparse.Namespace) -> None:
     warm_files(Path(args.store))
     rs = Ragged.open(args.store)
     native = rs._store()
+    placement = rs._native_allocator()
     rng = np.random.default_rng(SEED)
     draw = lambda: rng.integers(0, src.n, BATCH, dtype=np.int64)  # noqa: E731
 
@@ -320,7 +321,7 @@ def parts_worker(args: argparse.Namespace) -> None:
         return np.from_dlpack(b.values), np.from_dlpack(b.cu_seqlens), np.from_dlpack(b.shapes)
 
     calls = {
-        "native call": lambda idx: native.gather_ragged(idx, None),
+        "native call": lambda idx: native.gather_ragged(idx, placement),
         "rs.gather": rs.gather,
         "rs[idx]": rs.__getitem__,
         "+ from_dlpack": full,
