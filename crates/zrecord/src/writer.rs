@@ -3,9 +3,11 @@
 //!
 //! Memory stays bounded however large one append is: the input is consumed in
 //! rounds of at most one chunk per shard, each chunk at most `CHUNK_BYTES` of
-//! logical data (or one record, if a record is larger). Raw chunks are written
-//! straight from the caller's memory; compressed chunks go through one reusable
-//! scratch buffer per concurrent task.
+//! logical data (or one record, if a record is larger). Every chunk is encoded
+//! (for raw, copied) into one reusable scratch buffer per concurrent task, and
+//! checksummed and written from there: the caller's memory is read once, so the
+//! index describes exactly the bytes on disk even if another thread changes the
+//! source meanwhile.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, Write};
@@ -73,9 +75,12 @@ pub struct Writer {
 pub enum Source {
     /// Ordinary memory; left alone.
     Memory,
-    /// A read-only shared file mapping: consumed pages may be dropped from the
-    /// process (they stay in the page cache and read back the same), which keeps
-    /// resident memory flat while a memory-mapped source of any size is appended.
+    /// What the caller believes is a read-only shared file mapping. The writer
+    /// checks the claim against the process's mappings; where it holds, consumed
+    /// pages are dropped from the process (they stay in the page cache and read
+    /// back the same), which keeps resident memory flat while a memory-mapped
+    /// source of any size is appended. Where it does not, the memory is left
+    /// alone, as for [`Source::Memory`].
     ReadOnlyFileMapping,
 }
 
@@ -182,7 +187,60 @@ fn start_writeback(file: &File, offset: u64, len: u64) {
     let _ = (file, offset, len);
 }
 
-/// Drops the whole pages inside `bytes` from this process's page tables.
+/// Whether every byte of `bytes` lies in a shared, file-backed mapping without
+/// write permission, as `/proc/self/maps` lists them.
+///
+/// MADV_DONTNEED is only harmless there: the pages belong to the page cache and
+/// read back the same. On anonymous memory it zeroes the caller's data, and on a
+/// private file mapping it discards pages written since the mapping was made
+/// (even one made read-only later), so the caller's word that memory is a
+/// read-only file mapping is checked, never trusted. MADV_COLD and
+/// MADV_PAGEOUT, which never discard data, were the alternative: COLD does not
+/// lower resident memory until the system runs short of it, and PAGEOUT evicts
+/// the pages from the page cache too, so a later read of the source goes to disk.
+fn is_read_only_shared_file_mapping(bytes: &[u8]) -> bool {
+    if !cfg!(target_os = "linux") || bytes.is_empty() {
+        return false;
+    }
+    let Ok(maps) = fs::read_to_string("/proc/self/maps") else {
+        return false;
+    };
+    let start = bytes.as_ptr() as usize;
+    let Some(end) = start.checked_add(bytes.len()) else {
+        return false;
+    };
+    let mut covered = start;
+    for line in maps.lines() {
+        // start-end perms offset dev inode [path]
+        let mut f = line.split_ascii_whitespace();
+        let (Some(span), Some(perms), Some(_), Some(_), Some(inode)) =
+            (f.next(), f.next(), f.next(), f.next(), f.next())
+        else {
+            return false;
+        };
+        let Some((a, b)) = span.split_once('-') else {
+            return false;
+        };
+        let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) else {
+            return false;
+        };
+        if b <= covered {
+            continue;
+        }
+        let p = perms.as_bytes();
+        if a > covered || p.len() < 4 || p[1] != b'-' || p[3] != b's' || inode == "0" {
+            return false;
+        }
+        covered = b;
+        if covered >= end {
+            return true;
+        }
+    }
+    false
+}
+
+/// Drops the whole pages inside `bytes` from this process's page tables. Only
+/// for memory [`is_read_only_shared_file_mapping`] accepted.
 fn release_pages(bytes: &[u8]) {
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as usize;
@@ -190,9 +248,10 @@ fn release_pages(bytes: &[u8]) {
     let first = start.div_ceil(page) * page;
     let last = (start + bytes.len()) / page * page;
     if last > first {
-        // SAFETY: the range lies inside memory the caller lent us and declared a
-        // read-only shared file mapping, where MADV_DONTNEED only drops page-table
-        // entries; a later access reads the same file bytes back.
+        // SAFETY: the range lies inside memory the caller lent us, which
+        // /proc/self/maps showed to be a read-only shared file mapping, where
+        // MADV_DONTNEED only drops page-table entries; a later access reads the
+        // same file bytes back.
         unsafe {
             libc::madvise(
                 first as *mut libc::c_void,
@@ -354,14 +413,22 @@ impl Writer {
                 "append_ragged on a Dense writer".into(),
             ));
         }
-        batch.check(self.schema.dtype.itemsize(), self.schema.ndim)?;
+        // The caller's arrays may change under us (another thread, the GIL
+        // released): the offsets and shapes are read once, and only this copy is
+        // checked and used, so every record's span is one that passed the check.
+        let (cu, shapes) = (batch.cu_seqlens.to_vec(), batch.shapes.to_vec());
+        let owned = RaggedView {
+            values: batch.values,
+            cu_seqlens: &cu,
+            shapes: &shapes,
+        };
+        owned.check(self.schema.dtype.itemsize(), self.schema.ndim)?;
         let isz = self.schema.dtype.itemsize();
-        let cu = batch.cu_seqlens;
         self.append_records(
-            batch.len(),
+            owned.len(),
             batch.values,
             |i| cu[i] as usize * isz..cu[i + 1] as usize * isz,
-            Some(batch.shapes),
+            Some(&shapes),
             source,
             par,
         )
@@ -387,6 +454,12 @@ impl Writer {
                 )));
             }
         }
+        let source = match source {
+            Source::ReadOnlyFileMapping if !is_read_only_shared_file_mapping(data) => {
+                Source::Memory
+            }
+            s => s,
+        };
         let r = self.write_rounds(n, data, &range, shapes, source, par);
         if let Err(e) = &r {
             self.poisoned = Some(e.to_string());
@@ -547,24 +620,25 @@ where
 {
     out.clear();
     let base = shard.size;
-    if encoder.codec() == Codec::Raw {
-        let mut offset = base;
-        for rec in chunk.clone() {
-            let bytes = &data[range(rec)];
-            out.push(Entry {
-                offset,
-                stored_len: bytes.len() as u32,
-                shard: sid,
-                checksum: xxh3_64(bytes),
-            });
-            offset += bytes.len() as u64;
-        }
-        let all = range(chunk.start).start..range(chunk.end - 1).end;
-        return shard.append(&data[all]);
-    }
     let mut buf = scratch.take().unwrap_or_default();
     buf.clear();
     let result = (|| {
+        if encoder.codec() == Codec::Raw {
+            // Each record is copied once and hashed from the copy while it is
+            // still in cache; the write reads the copy too, so checksum and disk
+            // agree whatever happens to `data` meanwhile.
+            for rec in chunk {
+                let at = buf.len();
+                buf.extend_from_slice(&data[range(rec)]);
+                out.push(Entry {
+                    offset: base + at as u64,
+                    stored_len: (buf.len() - at) as u32,
+                    shard: sid,
+                    checksum: xxh3_64(&buf[at..]),
+                });
+            }
+            return shard.append(&buf);
+        }
         for rec in chunk {
             let at = buf.len();
             let n = encoder.encode(&data[range(rec)], &mut buf)?;
