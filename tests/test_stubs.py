@@ -315,11 +315,15 @@ def exercise_functions(nat: Native, root: pathlib.Path) -> bytes:
     sizes = [len(samples) // 40] * 40
     dictionary = nat.call(_native, "train_dictionary", samples, sizes, 1024)
     assert 0 < len(dictionary) <= 1024
-    staged = nat.call(_native, "temp_sibling", root / "built")
-    assert staged.parent == root and not staged.exists()
-    staged.mkdir()
-    nat.call(_native, "publish_dir", staged, str(root / "built"))
+    build = nat.call(_native.BuildDir, "__new__", root / "built")
+    staged = nat.get(build, "path")
+    assert staged.parent == root and staged.exists()
+    nat.call(build, "publish")
     assert (root / "built").is_dir() and not staged.exists()
+    dropped = nat.call(_native.BuildDir, "__new__", str(root / "dropped-build"))
+    nat.call(dropped, "discard")
+    assert not nat.get(dropped, "path").exists()
+    assert nat.call(_native, "clean_stale", root) == []
     return dictionary
 
 

@@ -1,4 +1,9 @@
-"""Command line: ``python -m loaderx info PATH...`` and ``python -m loaderx verify PATH...``."""
+"""Command line: ``python -m loaderx info|verify|clean PATH...``.
+
+``info`` and ``verify`` exit 1 when a store cannot be read. ``clean`` removes the
+build directories that killed writers left inside each PATH (never a live
+writer's), prints one ``removed PATH`` line for each, and exits 2 when a PATH is
+not a directory it can list."""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import sys
 import time
 
 from . import _native
-from .zrecord import ZrecordError
+from .zrecord import ZrecordError, clean
 
 
 def _disk_bytes(path: str) -> int:
@@ -31,11 +36,27 @@ def verify(path: str) -> str:
     return f"{path}: {len(s)} records intact ({time.perf_counter() - t0:.2f} s)"
 
 
+def _clean(paths: list[str]) -> int:
+    status = 0
+    for p in paths:
+        try:
+            for removed in clean(p):
+                print(f"removed {removed}")
+        except OSError as e:
+            print(f"error: {e}", file=sys.stderr)
+            status = 2
+    return status
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m loaderx", description="Inspect Zrecord stores.")
-    ap.add_argument("command", choices=["info", "verify"])
+    ap = argparse.ArgumentParser(
+        prog="python -m loaderx", description="Inspect Zrecord stores; clean stale builds."
+    )
+    ap.add_argument("command", choices=["info", "verify", "clean"])
     ap.add_argument("paths", nargs="+", metavar="PATH")
     args = ap.parse_args(argv)
+    if args.command == "clean":
+        return _clean(args.paths)
     run = info if args.command == "info" else verify
     status = 0
     for p in args.paths:

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import shutil
 import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -43,7 +42,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, cast
 
 import numpy as np
 
-from . import _native
+from . import _native, errors
 from ._schema import check_int
 from .zrecord import Dense, DenseWriter, Ragged, RaggedBatch, RaggedWriter
 
@@ -430,7 +429,11 @@ def convert(
     """Writes `dataset` (a ``Dataset`` or ``DatasetDict``) as one store per column
     (per split) under `path`, which must not exist, and returns `path`. The root is
     published atomically when every store is complete. ``codec`` is ``"raw"`` or
-    ``"zstd"``; ``progress`` prints a line per batch to stderr."""
+    ``"zstd"``; ``progress`` prints a line per batch to stderr.
+
+    Publishing is all or nothing, as for one store: ``PublishedNotDurableError``
+    means the root WAS published (only syncing its parent directory failed); any
+    other error means nothing was, and the build directory is gone."""
     _pa()
     dest = os.path.abspath(path)
     if os.path.lexists(dest):
@@ -445,8 +448,8 @@ def convert(
     data_shards = check_int(data_shards, "data_shards", 1)
     _check_input(dataset)
     say = _Progress(progress)
-    tmp = os.fspath(_native.temp_sibling(dest))
-    os.makedirs(tmp)
+    build = _native.BuildDir(dest)
+    tmp = os.fspath(build.path)
     try:
         if _is_dict(dataset):
             if not dataset:
@@ -458,10 +461,19 @@ def convert(
                 _convert_split(ds, root, label, codec, data_shards, say)
         else:
             _convert_split(dataset, tmp, dest, codec, data_shards, say)
-        _native.publish_dir(tmp, dest)
+    except errors.PublishedNotDurableError as e:
+        # A column store "published" inside the unpublished root: its directory
+        # entry is not durable, so neither would the root be. Nothing is published.
+        build.discard()
+        raise errors.StorageError(
+            e.errno,
+            f"{dest}: nothing was published: syncing the directory of a column failed: "
+            f"{os.strerror(e.errno or 0)}",
+        ) from e
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        build.discard()
         raise
+    build.publish()
     say(f"published {dest}")
     return dest
 

@@ -5,21 +5,23 @@ that describes the same kind of failure, so ``except LoaderxError`` catches
 everything loaderx raises on purpose while ``except ValueError``,
 ``except IndexError`` or ``except OSError`` keep working as usual.
 
-======================== ====================== =====================================
-class                    also a                 raised when
-======================== ====================== =====================================
-``InvalidArgumentError`` ``ValueError``         an argument breaks the contract
-``OutOfRangeError``      ``IndexError``         a position is outside ``0..len-1``
-``StoreNotFoundError``   ``FileNotFoundError``  nothing is at the path to open
-``StoreExistsError``     ``FileExistsError``    the path to create already exists
-``ZrecordError``         ``ValueError``         a store is damaged or of an unknown
-                                                format (``path``, ``record`` say where)
-``StorageError``         ``OSError``            the operating system refused a read or
-                                                write (``errno``, ``filename``)
-``OutOfMemoryError``     ``MemoryError``        an output or scratch allocation failed
-``DeviceError``          ``RuntimeError``       a GPU runtime failed to load or call
-``InternalError``        ``RuntimeError``       a bug in loaderx; please report it
-======================== ====================== =====================================
+============================ ===================== ========================================
+class                        also a                raised when
+============================ ===================== ========================================
+``InvalidArgumentError``     ``ValueError``        an argument breaks the contract
+``OutOfRangeError``          ``IndexError``        a position is outside ``0..len-1``
+``StoreNotFoundError``       ``FileNotFoundError`` nothing is at the path to open
+``StoreExistsError``         ``FileExistsError``   the path to create already exists
+``ZrecordError``             ``ValueError``        a store is damaged or of an unknown
+                                                   format (``path``, ``record`` say where)
+``StorageError``             ``OSError``           the operating system refused a read or
+                                                   write (``errno``, ``filename``)
+``PublishedNotDurableError`` ``StorageError``      a store WAS published, but syncing its
+                                                   directory failed; do not create it again
+``OutOfMemoryError``         ``MemoryError``       an output or scratch allocation failed
+``DeviceError``              ``RuntimeError``      a GPU runtime failed to load or call
+``InternalError``            ``RuntimeError``      a bug in loaderx; please report it
+============================ ===================== ========================================
 
 Type and argument-kind mistakes (passing a list where an integer is wanted) stay
 plain ``TypeError``.
@@ -36,6 +38,7 @@ __all__ = [
     "LoaderxError",
     "OutOfMemoryError",
     "OutOfRangeError",
+    "PublishedNotDurableError",
     "StorageError",
     "StoreExistsError",
     "StoreNotFoundError",
@@ -73,6 +76,14 @@ class ZrecordError(LoaderxError, ValueError):
 
 class StorageError(LoaderxError, OSError):
     """The operating system refused a read or write (disk full, permissions...)."""
+
+
+class PublishedNotDurableError(StorageError):
+    """A store WAS published: it is complete, readable, and at ``filename``. Only
+    the final fsync of the directory holding it failed, so its directory entry may
+    not survive a crash or power loss. The writer counts as closed (closing again
+    does nothing); creating the store again would fail, as it exists. Sync the
+    directory yourself (or check after a restart that the store is there)."""
 
 
 class OutOfMemoryError(LoaderxError, MemoryError):

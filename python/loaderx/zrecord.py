@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     from .allocator import Allocator
 
-__all__ = ["DLTensor", "Dense", "Ragged", "RaggedBatch", "ZrecordError"]
+__all__ = ["DLTensor", "Dense", "Ragged", "RaggedBatch", "ZrecordError", "clean"]
 
 DLTensor = _native.DLTensor
 ZrecordError = errors.ZrecordError
@@ -369,7 +369,12 @@ class _Writer:
             raise ValueError(f"{self._path}: the writer is closed; a closed writer cannot append")
 
     def close(self) -> None:
-        """Publishes the store atomically. Closing twice does nothing."""
+        """Publishes the store atomically: it appears at ``path`` whole, or not at
+        all. Either way the writer is closed afterwards, and closing again does
+        nothing. ``PublishedNotDurableError`` (a ``StorageError``) means the store
+        WAS published and is readable, but syncing its parent directory failed, so
+        its directory entry may not survive a crash; any other error means nothing
+        was published and the build directory is gone."""
         self._native.close()
 
     def abort(self) -> None:
@@ -751,3 +756,17 @@ class Ragged(_Reader[RaggedBatch]):
         loader's hot path."""
         gathered = self._store().gather_ragged(positions, self._native_allocator())
         return RaggedBatch._trusted(*gathered)  # pyright: ignore[reportPrivateUsage]
+
+
+def clean(path: str | os.PathLike[str]) -> list[str]:
+    """Removes the stale build directories directly inside the directory `path`
+    and returns their paths.
+
+    A writer builds its store in a hidden sibling ``.NAME.tmp-PID-XXXXXXXX`` and
+    renames it into place on ``close()``; a writer killed before that leaves the
+    directory behind, and it never opens as a store. Each live writer (or
+    ``convert``) holds a lock in its directory until it publishes or discards it,
+    so ``clean`` removes only directories whose owner is gone, in any process, and
+    is safe to run while writers are at work. Raises ``FileNotFoundError`` when
+    `path` does not exist and ``OSError`` when it is not a directory."""
+    return [os.fspath(p) for p in _native.clean_stale(_fspath(path))]

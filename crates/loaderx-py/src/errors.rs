@@ -60,6 +60,20 @@ fn format_error(e: zrecord::Error) -> PyErr {
                 |_| Ok(()),
             )
         }
+        E::PublishedNotDurable { path, source, .. } => {
+            let errno = source.raw_os_error().unwrap_or(0);
+            raise(
+                "PublishedNotDurableError",
+                |py| {
+                    (errno, msg, path.clone()).into_pyobject(py).map(|t| {
+                        t.into_any()
+                            .cast_into()
+                            .unwrap_or_else(|_| pyo3::types::PyTuple::empty(py))
+                    })
+                },
+                |_| Ok(()),
+            )
+        }
         E::Corrupt { path, record, .. } => raise(
             "ZrecordError",
             |py| pyo3::types::PyTuple::new(py, [msg]),

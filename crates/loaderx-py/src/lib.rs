@@ -43,8 +43,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(store::check_ragged, m)?)?;
     m.add_function(wrap_pyfunction!(store::out_of_range, m)?)?;
     m.add_function(wrap_pyfunction!(store::train_dictionary, m)?)?;
-    m.add_function(wrap_pyfunction!(store::temp_sibling, m)?)?;
-    m.add_function(wrap_pyfunction!(store::publish_dir, m)?)?;
+    m.add_class::<store::PyBuildDir>()?;
+    m.add_function(wrap_pyfunction!(store::clean_stale, m)?)?;
     sampler::register(m)?;
     Ok(())
 }

@@ -10,7 +10,9 @@ use numpy::{PyArrayDescrMethods, PyReadonlyArray1, PyUntypedArray, PyUntypedArra
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use zrecord::{Codec, DType, Kind, RaggedView, ReadOptions, Schema, Source, Store, Writer};
+use zrecord::{
+    BuildDir, Codec, DType, Kind, RaggedView, ReadOptions, Schema, Source, Store, Writer,
+};
 
 use crate::allocator::PyPlacement;
 use crate::dlpack::{typed, DLTensor, Memory};
@@ -441,17 +443,60 @@ pub fn train_dictionary<'py>(
     Ok(PyBytes::new(py, &dict))
 }
 
-/// A hidden sibling path of `dest` to build a directory in before publishing it.
-#[pyfunction]
-pub fn temp_sibling(dest: PathBuf) -> PyResult<PathBuf> {
-    zrecord::temp_sibling(&dest).py_err()
+/// A locked build directory beside `dest`, published or removed the way a
+/// store's is (the converter builds its tree of stores in one).
+#[pyclass(module = "loaderx._native", name = "BuildDir", frozen)]
+pub struct PyBuildDir {
+    inner: Mutex<Option<BuildDir>>,
+    path: PathBuf,
 }
 
-/// Publishes the finished directory `tmp` as `dest` the way a store is published:
-/// fsync, rename that never replaces an existing `dest`, fsync of the parent.
+impl PyBuildDir {
+    fn take(&self) -> Option<BuildDir> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+#[pymethods]
+impl PyBuildDir {
+    #[new]
+    fn new(py: Python<'_>, dest: PathBuf) -> PyResult<Self> {
+        let dir = py.detach(|| BuildDir::create(&dest)).py_err()?;
+        Ok(PyBuildDir {
+            path: dir.path().to_path_buf(),
+            inner: Mutex::new(Some(dir)),
+        })
+    }
+
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.path.clone()
+    }
+
+    /// Renames the directory into place (see `zrecord::BuildDir::publish`). Once
+    /// called, whatever it raised, the directory is no longer this object's.
+    fn publish(&self, py: Python<'_>) -> PyResult<()> {
+        match self.take() {
+            Some(dir) => py.detach(|| dir.publish()).py_err(),
+            None => Err(PyValueError::new_err(
+                "the build directory was already published or discarded",
+            )),
+        }
+    }
+
+    /// Removes the directory and everything in it; nothing once published.
+    fn discard(&self, py: Python<'_>) {
+        if let Some(dir) = self.take() {
+            py.detach(|| drop(dir));
+        }
+    }
+}
+
+/// Removes the build directories inside `parent` that no live writer holds, and
+/// returns their paths.
 #[pyfunction]
-pub fn publish_dir(py: Python<'_>, tmp: PathBuf, dest: PathBuf) -> PyResult<()> {
-    py.detach(|| zrecord::publish_dir(&tmp, &dest)).py_err()
+pub fn clean_stale(py: Python<'_>, parent: PathBuf) -> PyResult<Vec<PathBuf>> {
+    py.detach(|| zrecord::clean_stale(&parent)).py_err()
 }
 
 /// The exception for a position outside `0..len`, worded as the core words it.

@@ -33,6 +33,22 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A store was published (renamed into place, complete and readable), but
+    /// syncing the directory that holds it failed, so a crash may still undo the
+    /// rename. Publishing must not be retried: the store is there.
+    #[error(
+        "the store was published at {path}, but its directory entry may not be durable: \
+         syncing {parent} failed: {source}"
+    )]
+    PublishedNotDurable {
+        /// Where the store now is.
+        path: PathBuf,
+        /// The directory whose sync failed.
+        parent: PathBuf,
+        /// What the operating system said.
+        #[source]
+        source: std::io::Error,
+    },
     /// The store on disk is damaged or was written by something this crate does
     /// not read.
     #[error("{path}: {}{msg}", record.map(|r| format!("record {r}: ")).unwrap_or_default())]
