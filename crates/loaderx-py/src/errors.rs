@@ -3,6 +3,8 @@
 //! standard exception its failure has always raised, so `except ValueError`
 //! and the like keep working.
 
+use std::path::PathBuf;
+
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
@@ -34,6 +36,13 @@ fn simple(name: &'static str, msg: String) -> PyErr {
     raise(name, |py| pyo3::types::PyTuple::new(py, [msg]), |_| Ok(()))
 }
 
+/// An `OSError` subclass with `errno`, message and `filename` set, as Python's
+/// own `OSError(errno, strerror, filename)` would have them.
+fn os_error(name: &'static str, source: &std::io::Error, msg: String, path: PathBuf) -> PyErr {
+    let errno = source.raw_os_error().unwrap_or(0);
+    raise(name, move |py| (errno, msg, path).into_pyobject(py), |_| Ok(()))
+}
+
 fn format_error(e: zrecord::Error) -> PyErr {
     use zrecord::Error as E;
     let msg = e.to_string();
@@ -42,37 +51,12 @@ fn format_error(e: zrecord::Error) -> PyErr {
         E::OutOfRange { .. } => simple("OutOfRangeError", msg),
         E::NotFound(_) => simple("StoreNotFoundError", msg),
         E::Exists(_) => simple("StoreExistsError", msg),
-        E::Io { path, source } => {
-            let name = match source.kind() {
-                std::io::ErrorKind::NotFound => "StoreNotFoundError",
-                _ => "StorageError",
-            };
-            let errno = source.raw_os_error().unwrap_or(0);
-            raise(
-                name,
-                |py| {
-                    (errno, msg, path.clone()).into_pyobject(py).map(|t| {
-                        t.into_any()
-                            .cast_into()
-                            .unwrap_or_else(|_| pyo3::types::PyTuple::empty(py))
-                    })
-                },
-                |_| Ok(()),
-            )
-        }
+        E::Io { path, source } => match source.kind() {
+            std::io::ErrorKind::NotFound => os_error("StoreNotFoundError", &source, msg, path),
+            _ => os_error("StorageError", &source, msg, path),
+        },
         E::PublishedNotDurable { path, source, .. } => {
-            let errno = source.raw_os_error().unwrap_or(0);
-            raise(
-                "PublishedNotDurableError",
-                |py| {
-                    (errno, msg, path.clone()).into_pyobject(py).map(|t| {
-                        t.into_any()
-                            .cast_into()
-                            .unwrap_or_else(|_| pyo3::types::PyTuple::empty(py))
-                    })
-                },
-                |_| Ok(()),
-            )
+            os_error("PublishedNotDurableError", &source, msg, path)
         }
         E::Corrupt { path, record, .. } => raise(
             "ZrecordError",
