@@ -119,7 +119,9 @@ def _pa() -> None:
     try:
         importlib.import_module("pyarrow.compute")  # and with it pyarrow
     except ImportError as e:  # pragma: no cover - the converter extra has it
-        raise ImportError("convert needs pyarrow: pip install 'loaderx[converter]'") from e
+        raise ImportError(
+            "convert needs pyarrow: run `pip install -e '.[converter]'` in the loaderx checkout"
+        ) from e
 
 
 def _is_number(t: pa.DataType) -> bool:
@@ -502,7 +504,8 @@ def huggingface(
         )
     except ImportError as e:
         raise ImportError(
-            "huggingface needs the converter extra: pip install 'loaderx[converter]'"
+            "huggingface needs the converter extra: run `pip install -e '.[converter]'` in the "
+            "loaderx checkout"
         ) from e
     info = HfApi(endpoint=endpoint, token=token).dataset_info(repo, revision=revision)
     local = snapshot_download(
