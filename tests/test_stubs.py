@@ -28,7 +28,15 @@ import typing_extensions
 from loaderx import _native
 
 STUB_PATH = pathlib.Path(inspect.getfile(_native)).with_name("_native.pyi")
-KEPT_DUNDERS = {"__dlpack__", "__dlpack_device__", "__len__", "__next__", "__iter__", "__new__"}
+KEPT_DUNDERS = {
+    "__dlpack__",
+    "__dlpack_device__",
+    "__array_interface__",
+    "__len__",
+    "__next__",
+    "__iter__",
+    "__new__",
+}
 Py_TPFLAGS_BASETYPE = 1 << 10
 
 
@@ -112,6 +120,17 @@ def mismatch(value: object, annotation: object, stub: types.ModuleType, owner: s
             return f"{value!r} has {len(value)} items, not {len(items)}"
         return next(
             (m for v, a in zip(value, items, strict=True) if (m := mismatch(v, a, stub, owner))), ""
+        )
+    if origin is dict:
+        if not isinstance(value, dict):
+            return f"{value!r} is a {type(value).__name__}, not a dict"
+        return next(
+            (
+                m
+                for k, v in value.items()
+                if (m := mismatch(k, args[0], stub, owner) or mismatch(v, args[1], stub, owner))
+            ),
+            "",
         )
     if origin in (list, collections.abc.Sequence):
         if not isinstance(value, origin):
@@ -276,6 +295,8 @@ def exercise_tensor(nat: Native, t: object) -> None:
     nat.call(t, "__dlpack__", stream=None, max_version=(1, 0), dl_device=(1, 0), copy=False)
     wrapped = nat.call(_native.DLTensor, "_from_array", np.arange(6, dtype=np.uint16))
     assert np.from_dlpack(wrapped).tolist() == [0, 1, 2, 3, 4, 5]
+    interface = nat.get(wrapped, "__array_interface__")
+    assert interface["typestr"] == "<u2" and interface["shape"] == (6,)
 
 
 def exercise_placements(nat: Native, library: pathlib.Path) -> None:
@@ -309,6 +330,7 @@ def exercise_sampler(nat: Native) -> None:
 def exercise_functions(nat: Native, root: pathlib.Path) -> bytes:
     err = nat.call(_native, "out_of_range", 12, 10)
     assert "12" in str(err)
+    assert nat.call(_native, "numpy_dtype", "complex64") == np.complex64
     samples = np.frombuffer(
         b"".join(bytes([i % 7]) * 400 + b"loaderx" * 60 for i in range(40)), np.uint8
     )
@@ -367,6 +389,9 @@ def test_the_checker_tells_a_path_from_a_str(tmp_path):
         ((1, "2"), "tuple[int, ...]", "'2' is a builtins.str, not <class 'int'>"),
         ((1,), "tuple[int, int]", "(1,) has 1 items, not 2"),
         ([1, 2], "list[int]", ""),
+        ({"a": 1}, "dict[str, object]", ""),
+        ({1: 1}, "dict[str, object]", "1 is a builtins.int, not <class 'str'>"),
+        ([("a", 1)], "dict[str, object]", "[('a', 1)] is a list, not a dict"),
         ((1, 2), "list[int]", "(1, 2) is a tuple, not a list"),
         (None, "bytes | None", ""),
         (b"x", "bytes | None", ""),

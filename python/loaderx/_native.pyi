@@ -27,6 +27,7 @@ DL_CUDA: int
 DL_ROCM: int
 
 def out_of_range(index: int, len: int) -> OutOfRangeError: ...
+def numpy_dtype(name: str) -> np.dtype[np.generic]: ...
 
 @final
 class DLTensor:
@@ -53,6 +54,8 @@ class DLTensor:
     def nbytes(self) -> int: ...
     @property
     def device(self) -> tuple[int, int]: ...
+    @property
+    def __array_interface__(self) -> dict[str, object]: ...
 
 # Memory the native code reads in place: a C-contiguous NumPy array or a host
 # DLTensor.

@@ -17,13 +17,31 @@ if TYPE_CHECKING:
 CODECS: tuple[str, ...] = _native.CODECS
 MAX_SHARDS: int = _native.MAX_DATA_SHARDS
 
-# Exactly the element types DLPack represents without loss, as the format defines
-# them.
-SUPPORTED = frozenset(np.dtype(name) for name in _native.DTYPES)
+# The element types a store holds, by NumPy name: exactly those DLPack represents
+# without loss, as the format defines them. `bfloat16` and the float8 types are
+# the optional ml_dtypes package's; `_native.numpy_dtype` imports it only when one
+# of them is asked for by a name NumPy does not know yet.
+DTYPES: tuple[str, ...] = _native.DTYPES
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """The NumPy dtype of a store dtype name. MissingDependencyError (an
+    ImportError) when it is an ml_dtypes type and ml_dtypes is not installed."""
+    return _native.numpy_dtype(name)
+
+
+def _is_store_dtype(dt: np.dtype) -> bool:
+    # A NumPy dtype of an ml_dtypes type means the package is already imported,
+    # so resolving its name costs no import.
+    return dt.name in DTYPES and dt == numpy_dtype(dt.name)
 
 
 def check_dtype(dtype: object) -> np.dtype:
-    """The NumPy dtype for `dtype`, or ValueError saying why it cannot be stored."""
+    """The NumPy dtype for `dtype`, or ValueError saying why it cannot be stored
+    (MissingDependencyError when it names an ml_dtypes type and ml_dtypes is not
+    installed)."""
+    if isinstance(dtype, str) and dtype in DTYPES:
+        return numpy_dtype(dtype)
     try:
         dt = np.dtype(cast("npt.DTypeLike", dtype))  # anything else is the TypeError below
     except TypeError as e:
@@ -38,6 +56,9 @@ def check_dtype(dtype: object) -> np.dtype:
         )
     if dt.metadata:
         raise ValueError(f"dtype {dt} carries metadata, which a store cannot keep")
+    # Before the checks by kind: ml_dtypes types have kind "V", like raw bytes.
+    if _is_store_dtype(dt):
+        return dt
     if dt.kind == "O":
         raise ValueError("object dtype is not supported: records are typed arrays")
     if dt.kind in "SUV":
@@ -51,9 +72,7 @@ def check_dtype(dtype: object) -> np.dtype:
     if not dt.isnative:
         native = dt.newbyteorder("=").str
         raise ValueError(f"dtype {dt.str} is not native-endian: convert with .astype({native!r})")
-    if dt not in SUPPORTED:
-        raise ValueError(f"dtype {dt} cannot be represented losslessly in DLPack")
-    return dt
+    raise ValueError(f"dtype {dt} cannot be represented losslessly in DLPack")
 
 
 def check_int(value: object, name: str, lo: int, hi: int | None = None) -> int:

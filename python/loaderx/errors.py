@@ -20,6 +20,8 @@ class                        also a                raised when
                                                    directory failed; do not create it again
 ``OutOfMemoryError``         ``MemoryError``       an output or scratch allocation failed
 ``DeviceError``              ``RuntimeError``      a GPU runtime failed to load or call
+``MissingDependencyError``   ``ImportError``       an optional package a call needs is
+                                                   not installed (``name`` names it)
 ``InternalError``            ``RuntimeError``      a bug in loaderx; please report it
 ============================ ===================== ========================================
 
@@ -36,6 +38,7 @@ __all__ = [
     "InternalError",
     "InvalidArgumentError",
     "LoaderxError",
+    "MissingDependencyError",
     "OutOfMemoryError",
     "OutOfRangeError",
     "PublishedNotDurableError",
@@ -92,6 +95,12 @@ class OutOfMemoryError(LoaderxError, MemoryError):
 
 class DeviceError(LoaderxError, RuntimeError):
     """A GPU runtime could not be loaded, or one of its calls failed."""
+
+
+class MissingDependencyError(LoaderxError, ImportError):
+    """An optional package that this call needs is not installed (``ml_dtypes``
+    for ``bfloat16`` and the float8 dtypes). ``name`` is the module's name and
+    the message says how to install it."""
 
 
 class InternalError(LoaderxError, RuntimeError):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import mmap
 import numbers
+import operator
 import os
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -26,6 +27,7 @@ from typing import (
     Generic,
     NoReturn,
     Protocol,
+    SupportsIndex,
     SupportsInt,
     TypeAlias,
     TypeVar,
@@ -35,7 +37,14 @@ from typing import (
 import numpy as np
 
 from . import _native, errors
-from ._schema import MAX_SHARDS, check_codec, check_dtype, check_int, check_item_shape
+from ._schema import (
+    MAX_SHARDS,
+    check_codec,
+    check_dtype,
+    check_int,
+    check_item_shape,
+    numpy_dtype,
+)
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -53,6 +62,13 @@ DLTensor.__doc__ = """A DLPack-only view of a gathered batch or record.
 Consume it with ``np.from_dlpack(t)`` (shares memory), ``torch.from_dlpack(t)`` or
 ``jax.dlpack.from_dlpack(t)``. It has ``shape``, ``dtype``, ``ndim``, ``nbytes`` and
 ``device`` (the ``__dlpack_device__()`` pair), and deliberately no ``__array__``.
+
+A tensor in host memory also has NumPy's ``__array_interface__``, so
+``np.asarray(t)``, ``jnp.asarray(t)`` and ``torch.as_tensor(t)`` take it too
+(NumPy shares its memory). NumPy's DLPack import knows neither ``bfloat16`` nor
+the float8 types; ``np.asarray(t)`` gives them as ml_dtypes arrays. A tensor in
+device memory has no interface: reading ``__array_interface__`` is a TypeError
+saying to use the framework's ``from_dlpack``.
 """
 
 _DL_CPU: int = _native.DL_CPU
@@ -72,8 +88,16 @@ if TYPE_CHECKING:
     HostArray: TypeAlias = "npt.NDArray[np.generic] | DLTensor"
     ArraySource: TypeAlias = "npt.NDArray[np.generic] | DLTensor | SupportsDLPack"
     Positions: TypeAlias = "npt.NDArray[np.int64] | npt.NDArray[np.uint64]"
+    # SupportsDLPack and SupportsIndex: other frameworks' integer arrays and scalars.
     Key: TypeAlias = (
-        "int | np.integer | slice | range | Sequence[int | np.integer] | npt.NDArray[np.integer]"
+        int
+        | np.integer
+        | slice
+        | range
+        | Sequence[int | np.integer]
+        | npt.NDArray[np.integer]
+        | SupportsDLPack
+        | SupportsIndex
     )
 
 _BatchT = TypeVar("_BatchT")  # what a reader's gather returns
@@ -132,19 +156,43 @@ def _out_of_range(i: int, n: int) -> IndexError:
     return _native.out_of_range(i, n)
 
 
+def _position(i: int, n: int) -> int:
+    if i < 0 or i >= n:
+        raise _out_of_range(i, n)
+    return i
+
+
+def _bad_key(key: object) -> TypeError:
+    return TypeError(
+        f"a store is indexed by an int, a slice or a collection of ints, not {type(key).__name__}"
+    )
+
+
+def _foreign_array(key: object) -> npt.NDArray[np.generic] | None:
+    """A NumPy view of another framework's array (torch, JAX, CuPy...), found by
+    protocol so that no framework is imported; None when `key` is none."""
+    if hasattr(key, "__dlpack__"):
+        a = _host_array(key, "positions")
+        return a if isinstance(a, np.ndarray) else np.from_dlpack(a)
+    if hasattr(key, "__array__"):
+        return np.asarray(key)
+    return None
+
+
 def _positions(key: object, n: int) -> int | Positions:
     """An int for a single position, or a 1-D int64/uint64 array for a batch."""
     if isinstance(key, numbers.Integral) and not isinstance(key, (bool, np.bool_)):
-        i = int(key)
-        if i < 0 or i >= n:
-            raise _out_of_range(i, n)
-        return i
+        return _position(int(key), n)
     if isinstance(key, slice):
         return np.arange(*key.indices(n), dtype=np.int64)
     if isinstance(key, range):
         return np.arange(key.start, key.stop, key.step, dtype=np.int64)
-    if isinstance(key, np.ndarray):
-        arr = cast("npt.NDArray[np.generic]", key)
+    foreign = None if isinstance(key, (np.ndarray, tuple, list)) else _foreign_array(key)
+    if isinstance(key, np.ndarray) or foreign is not None:
+        arr = cast("npt.NDArray[np.generic]", key if foreign is None else foreign)
+        if arr.ndim == 0 and arr.dtype.kind in "iu":
+            # A 0-d integer array is one position, as a NumPy integer is.
+            return _position(int(arr), n)
     elif isinstance(key, (tuple, list)):
         seq = cast("Sequence[object]", key)
         if len(seq) == 0:
@@ -159,11 +207,10 @@ def _positions(key: object, n: int) -> int | Positions:
         except OverflowError:
             big = next(int(k) for k in ints if not -(2**63) <= int(k) < 2**63)
             raise _out_of_range(big, n) from None
+    elif hasattr(key, "__index__") and type(key) not in (bool, np.bool_):
+        return _position(operator.index(cast(SupportsIndex, key)), n)
     else:
-        raise TypeError(
-            f"a store is indexed by an int, a slice or a collection of ints, "
-            f"not {type(key).__name__}"
-        )
+        raise _bad_key(key)
     if arr.dtype.kind not in "iu":
         if arr.size == 0:
             return np.empty(0, dtype=np.int64)
@@ -234,7 +281,9 @@ class _Reader(Generic[_BatchT]):
 
     @property
     def dtype(self) -> np.dtype:
-        return np.dtype(self._store().dtype)
+        """The element type; an ml_dtypes type for ``bfloat16`` and the float8
+        types, which needs that package (MissingDependencyError without it)."""
+        return numpy_dtype(self._store().dtype)
 
     @property
     def codec(self) -> str:
@@ -495,6 +544,11 @@ class Dense(_Reader[DLTensor]):
         """Dimensions of one record."""
         return len(self.item_shape)
 
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """``(len, *item_shape)``: the shape of ``self[:]``."""
+        return (len(self), *self.item_shape)
+
     def _one(self, store: _native.Store, pos: int) -> DLTensor:
         return store.get_dense(pos, self._native_allocator())
 
@@ -509,6 +563,13 @@ class Dense(_Reader[DLTensor]):
 
 def _as_dltensor(a: HostArray) -> DLTensor:
     return a if isinstance(a, DLTensor) else DLTensor._from_array(a)
+
+
+_NOT_ONE_TENSOR = (
+    "a RaggedBatch is not one tensor: import its packed elements with "
+    "from_dlpack(batch.values) (with batch.cu_seqlens and batch.shapes), or each "
+    "record with batch.to_tensors()"
+)
 
 
 class RaggedBatch:
@@ -664,6 +725,14 @@ class RaggedBatch:
 
     def __len__(self) -> int:
         return int(self.shapes.shape[0])
+
+    def __dlpack__(self, **kwargs: object) -> NoReturn:
+        # A packed batch is three arrays, not one tensor; consumers call this
+        # (and __dlpack_device__) to import it, so they report this message.
+        raise TypeError(_NOT_ONE_TENSOR)
+
+    def __dlpack_device__(self) -> NoReturn:
+        raise TypeError(_NOT_ONE_TENSOR)
 
     def to_tensors(self) -> list[DLTensor]:
         """Per-record DLTensor views restored to their shapes, sharing this

@@ -6,16 +6,17 @@ use std::sync::Arc;
 
 use loaderx_gather::{Block, DL_CPU};
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
-use pyo3::exceptions::{PyBufferError, PyValueError};
+use pyo3::exceptions::{PyBufferError, PyImportError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyDict, PyTuple};
 use pyo3::{ffi, IntoPyObjectExt};
-use zrecord::DType;
+use zrecord::{dl_code, DType};
 
-use crate::errors::IntoPy;
+use crate::errors::{missing_dependency, IntoPy};
 
 const DLPACK_MAJOR: u32 = 1;
-const DLPACK_MINOR: u32 = 0;
+/// DLPack 1.1 added the float8 type codes; the layout is 1.0's.
+const DLPACK_MINOR: u32 = 1;
 const FLAG_READ_ONLY: u64 = 1;
 const NAME_LEGACY: &CStr = c"dltensor";
 const NAME_VERSIONED: &CStr = c"dltensor_versioned";
@@ -281,7 +282,8 @@ impl DLTensor {
         }
     }
 
-    fn capsule(&self, py: Python<'_>, versioned: bool) -> PyResult<Py<PyAny>> {
+    /// `minor` is the DLPack minor version a versioned capsule declares.
+    fn capsule(&self, py: Python<'_>, versioned: bool, minor: u32) -> PyResult<Py<PyAny>> {
         let keep = Box::new(Keep {
             _owner: self.owner.clone(),
             shape: self.shape.clone(),
@@ -293,7 +295,7 @@ impl DLTensor {
         let (ptr, name, dtor): (*mut c_void, &CStr, unsafe extern "C" fn(*mut ffi::PyObject)) =
             if versioned {
                 let m = Box::new(ManagedVersioned {
-                    version: [DLPACK_MAJOR, DLPACK_MINOR],
+                    version: [DLPACK_MAJOR, minor],
                     manager_ctx: keep as *mut c_void,
                     deleter: Some(delete_versioned),
                     flags: if self.readonly { FLAG_READ_ONLY } else { 0 },
@@ -357,7 +359,41 @@ impl DLTensor {
             ));
         }
         let versioned = matches!(max_version, Some((major, _)) if major >= 1);
-        self.capsule(py, versioned)
+        // A capsule never declares more than the consumer asked for. Type codes
+        // do not depend on it: a 1.0 consumer that knows the float8 codes (torch
+        // asks for 1.0) reads them, and one that does not refuses the dtype.
+        let minor = match max_version {
+            Some((DLPACK_MAJOR, m)) => m.min(DLPACK_MINOR),
+            _ => DLPACK_MINOR,
+        };
+        self.capsule(py, versioned, minor)
+    }
+
+    /// NumPy's array interface (version 3) for host memory, so that
+    /// `np.asarray(t)` and consumers that read the interface share the memory.
+    /// Memory elsewhere has no address the host may read; that is a TypeError
+    /// rather than an AttributeError, which NumPy would take to mean "no
+    /// interface" and silently wrap the tensor in a 0-d object array.
+    #[getter]
+    fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        if self.device.0 != DL_CPU {
+            return Err(PyTypeError::new_err(format!(
+                "this DLTensor lives on DLPack device {:?}, not in host memory, so it has no \
+                 __array_interface__; import it with the framework's from_dlpack \
+                 (torch.from_dlpack, jax.dlpack.from_dlpack, cupy.from_dlpack)",
+                self.device
+            )));
+        }
+        let interface = PyDict::new(py);
+        interface.set_item("version", 3)?;
+        interface.set_item("shape", PyTuple::new(py, &self.shape)?)?;
+        interface.set_item("typestr", typestr(py, self.dtype)?)?;
+        // C-contiguous, which the interface spells as no strides.
+        interface.set_item("strides", py.None())?;
+        // SAFETY: in bounds of the block (see `new`).
+        let data = unsafe { self.owner.as_ptr().add(self.offset) } as usize;
+        interface.set_item("data", (data, self.readonly))?;
+        Ok(interface)
     }
 
     /// Wraps a C-contiguous NumPy array without copying; the tensor keeps the
@@ -470,9 +506,66 @@ impl DLTensor {
     }
 }
 
+/// The array interface's type string: byte order, kind and size for NumPy's own
+/// types; the name for the `ml_dtypes` types, which have no kind letter of their
+/// own (NumPy reads any name it knows, and `numpy_dtype` makes sure it does).
+fn typestr(py: Python<'_>, dtype: DType) -> PyResult<String> {
+    let (code, _) = dtype.dlpack();
+    let kind = match code {
+        dl_code::BOOL => 'b',
+        dl_code::INT => 'i',
+        dl_code::UINT => 'u',
+        dl_code::FLOAT => 'f',
+        dl_code::COMPLEX => 'c',
+        _ => {
+            numpy_dtype(py, dtype)?;
+            return Ok(dtype.name().to_string());
+        }
+    };
+    let order = match dtype.itemsize() {
+        1 => '|',
+        _ if cfg!(target_endian = "little") => '<',
+        _ => '>',
+    };
+    Ok(format!("{order}{kind}{}", dtype.itemsize()))
+}
+
+/// The NumPy dtype of `dtype`. NumPy knows `bfloat16` and the float8 types only
+/// once `ml_dtypes` has registered them, so a name NumPy does not know is looked
+/// up there, importing it then and only then; without it, the error says to
+/// install it.
 pub fn numpy_dtype<'py>(py: Python<'py>, dtype: DType) -> PyResult<Bound<'py, PyAny>> {
-    let np = py.import("numpy")?;
-    np.getattr("dtype")?
-        .call1((dtype.name(),))?
+    let make = py.import("numpy")?.getattr("dtype")?;
+    match make.call1((dtype.name(),)) {
+        Ok(d) => return d.into_bound_py_any(py),
+        Err(e) if !e.is_instance_of::<PyTypeError>(py) => return Err(e),
+        Err(_) => {}
+    }
+    let ml_dtypes = py.import("ml_dtypes").map_err(|e| {
+        if e.is_instance_of::<PyImportError>(py) {
+            missing_dependency(
+                "ml_dtypes",
+                format!(
+                    "dtype {} needs the ml_dtypes package, which is not installed: \
+                     pip install ml-dtypes",
+                    dtype.name()
+                ),
+            )
+        } else {
+            e
+        }
+    })?;
+    make.call1((ml_dtypes.getattr(dtype.name())?,))?
         .into_bound_py_any(py)
+}
+
+/// `numpy_dtype` by name, for the Python package.
+#[pyfunction(name = "numpy_dtype")]
+pub fn py_numpy_dtype<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    let dtype = DType::from_name(name).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "{name:?} is not the name of a dtype a store can hold"
+        ))
+    })?;
+    numpy_dtype(py, dtype)
 }

@@ -40,7 +40,11 @@ fn simple(name: &'static str, msg: String) -> PyErr {
 /// own `OSError(errno, strerror, filename)` would have them.
 fn os_error(name: &'static str, source: &std::io::Error, msg: String, path: PathBuf) -> PyErr {
     let errno = source.raw_os_error().unwrap_or(0);
-    raise(name, move |py| (errno, msg, path).into_pyobject(py), |_| Ok(()))
+    raise(
+        name,
+        move |py| (errno, msg, path).into_pyobject(py),
+        |_| Ok(()),
+    )
 }
 
 fn format_error(e: zrecord::Error) -> PyErr {
@@ -74,6 +78,16 @@ fn format_error(e: zrecord::Error) -> PyErr {
 /// `OutOfRangeError` with `msg`.
 pub fn out_of_range(msg: String) -> PyErr {
     simple("OutOfRangeError", msg)
+}
+
+/// `MissingDependencyError` (an `ImportError`) for the optional package
+/// `module`, with `msg` saying what needs it and how to install it.
+pub fn missing_dependency(module: &'static str, msg: String) -> PyErr {
+    raise(
+        "MissingDependencyError",
+        |py| pyo3::types::PyTuple::new(py, [msg]),
+        |v| v.setattr("name", module),
+    )
 }
 
 fn engine_error(e: loaderx_gather::Error) -> PyErr {

@@ -40,6 +40,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<store::PyWriter>()?;
     m.add_class::<allocator::PyPlacement>()?;
     m.add_class::<allocator::Allocation>()?;
+    m.add_function(wrap_pyfunction!(dlpack::py_numpy_dtype, m)?)?;
     m.add_function(wrap_pyfunction!(store::check_ragged, m)?)?;
     m.add_function(wrap_pyfunction!(store::out_of_range, m)?)?;
     m.add_function(wrap_pyfunction!(store::train_dictionary, m)?)?;
