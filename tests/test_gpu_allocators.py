@@ -4,7 +4,9 @@ read what a gather put on the "device"), and the runtime discovery order."""
 
 import ctypes
 import gc
+import multiprocessing as mp
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -17,6 +19,7 @@ import pytest
 from loaderx.allocator import Allocator, _runtime, amdgpu, cuda
 from loaderx.allocator import host as host_alloc
 from loaderx.dataloader import Loader
+from loaderx.errors import DeviceError
 from loaderx.zrecord import Dense, Ragged, RaggedBatch
 
 HERE = Path(__file__).parent
@@ -228,6 +231,55 @@ def test_device_errors(fake, monkeypatch):
     monkeypatch.setenv("LOADERX_CUDA_LIBRARY", str(HERE / "fake_gpu_runtime.c"))
     with pytest.raises(RuntimeError, match="cannot load .*fake_gpu_runtime.c"):
         cuda.Allocator()
+
+
+# -- pickling ---------------------------------------------------------------------
+
+
+def _gather_on_device(reader, positions):
+    batch = reader[positions]
+    a = reader.allocator
+    return os.getpid(), batch.device, device_bytes(batch), a.library, a.idle_limit
+
+
+@pytest.mark.parametrize("kind, dl_type", [(cuda, KDL_CUDA), (amdgpu, KDL_ROCM)])
+def test_gpu_allocators_and_their_views_pickle_by_device(fake, stores, kind, dl_type):
+    root, images, _ = stores
+    a = kind.Allocator(device=1, idle_limit=4096)
+    with Dense.open(root / "dense-zstd") as ds:
+        view, a2 = pickle.loads(pickle.dumps((ds.bind(a), a)))
+    assert type(a2) is kind.Allocator and a2 is not a and view.allocator is a2
+    assert (a2.device, a2.library, a2.idle_limit) == ((dl_type, 1), a.library, 4096)
+    batch = view[IDX]
+    assert batch.device == (dl_type, 1) and device_bytes(batch) == images[IDX].tobytes()
+    assert a2.stats().live == 1 and a.stats().live == 0
+    # In a spawned process, which finds the runtime through the pickled path.
+    with mp.get_context("spawn").Pool(1) as pool:
+        pid, device, data, library, idle = pool.apply(_gather_on_device, (view, IDX))
+    assert pid != os.getpid()
+    assert (device, data, library, idle) == ((dl_type, 1), images[IDX].tobytes(), a.library, 4096)
+    a.close()
+    with pytest.raises(ValueError, match="the allocator is closed; a closed allocator cannot"):
+        pickle.dumps(a)
+
+
+def test_a_gpu_allocator_that_cannot_be_reopened_is_a_device_error(fake, stores, monkeypatch):
+    root, _, _ = stores
+    a = cuda.Allocator(device=1)
+    with Dense.open(root / "dense-raw") as ds:
+        blob = pickle.dumps(ds.bind(a))
+    monkeypatch.setenv("FAKE_GPU_DEVICES", "1")  # the receiving side has one device
+    with pytest.raises(DeviceError) as info:
+        pickle.loads(blob)
+    assert str(info.value).startswith(
+        f"cannot reopen the pickled cuda.Allocator(device=1) in process {os.getpid()} "
+        f"through {a.library}: device 1 does not exist"
+    )
+    assert str(info.value).endswith(
+        "(a process forked after its parent used the GPU cannot use it: start such "
+        "processes with the spawn or forkserver start method)"
+    )
+    assert isinstance(info.value.__cause__, ValueError)
 
 
 # -- discovery ------------------------------------------------------------------

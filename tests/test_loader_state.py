@@ -94,10 +94,11 @@ def test_the_state_names_the_step_sampler_and_streams(stores):
         for _ in range(3):
             next(loader)
         state = loader.state_dict()
-    assert STATE_VERSION == 2
+    assert STATE_VERSION == 3
     assert state == {
-        "version": 2,
+        "version": 3,
         "step": 3,
+        "seed": 0,
         "sampler": [N, 8, "IID", 5],
         "streams": {
             "label": {"records": N, "stores": [ident(lab)] * 2},
@@ -113,8 +114,9 @@ def test_each_state_is_a_fresh_object(stores):
         first["streams"]["label"]["stores"].append("edited")
         first["sampler"].append("edited")
         assert loader.state_dict() == {
-            "version": 2,
+            "version": 3,
             "step": 0,
+            "seed": 0,
             "sampler": [N, 8, "IID", 5],
             "streams": {"label": {"records": N, "stores": [ident(stores["label"])]}},
         }
@@ -248,14 +250,15 @@ def test_a_state_from_other_streams_stores_or_sampler_is_refused(stores):
         assert c.state_dict()["step"] == 1
 
 
-@pytest.mark.parametrize("version", [1, 3, "2", 2.0, True, None])
+@pytest.mark.parametrize("version", [1, 2, 4, "3", 3.0, True, None])
 def test_unknown_versions_are_refused(stores, version):
     with Loader({"label": [stores["label"]]}, iid(), workers=0) as loader:
         state = {**loader.state_dict(), "step": 4, "version": version}
         with pytest.raises(ValueError) as info:
             loader.load_state_dict(state)
+        why = " (version 2 states do not record the loader's seed)" if version == 2 else ""
         assert str(info.value) == (
-            f"loader state version {version!r} is not supported; this loader reads version 2"
+            f"loader state version {version!r} is not supported; this loader reads version 3" + why
         )
         missing = loader.state_dict()
         del missing["version"]
@@ -266,7 +269,9 @@ def test_unknown_versions_are_refused(stores, version):
 def test_a_state_without_streams_is_refused(stores):
     with Loader({"label": [stores["label"]]}, iid(), workers=0) as loader:
         with pytest.raises(ValueError) as info:
-            loader.load_state_dict({"version": 2, "step": 3, "sampler": [N, 8, "IID", 5]})
+            loader.load_state_dict(
+                {"version": 3, "step": 3, "seed": 0, "sampler": [N, 8, "IID", 5]}
+            )
         assert str(info.value) == "the state has no 'streams'; it was not made by state_dict()"
         with pytest.raises(ValueError) as info:
             loader.load_state_dict({**loader.state_dict(), "streams": ["label"]})

@@ -8,17 +8,23 @@ so ``state_dict()`` / ``load_state_dict()`` resume exactly. See docs/loader.md.
 
 ``Loader`` holds the configuration; the step state and the worker threads live in
 its one ``LoaderIterator``, which ``iter(loader)`` returns every time.
+
+A transform that takes a second argument gets a ``StepInfo``: the step, the global
+batch's positions and a random generator derived from the loader's seed and the
+step alone, so that random augmentation is the same with any number of workers
+and after a resume.
 """
 
 from __future__ import annotations
 
 import atexit
+import inspect
 import numbers
 import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Generic, TypeAlias, TypeVar, cast, overload
+from typing import Generic, NoReturn, TypeAlias, TypeVar, cast, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -34,9 +40,10 @@ from .protocols import (
 )
 from .sampler import Sampler
 
-__all__ = ["Loader", "LoaderIterator", "STATE_VERSION"]
+__all__ = ["Loader", "LoaderIterator", "STATE_VERSION", "StepInfo", "step_rng"]
 
-STATE_VERSION = 2
+STATE_VERSION = 3
+_MAX_SEED = 2**64 - 1
 _POLL = 0.05  # seconds between checks of the closed flag while waiting
 
 JSON: TypeAlias = "None | bool | int | str | list[JSON] | dict[str, JSON]"
@@ -46,6 +53,79 @@ B = TypeVar("B")  # what one reader's gather returns
 T = TypeVar("T")  # what the consumer receives per step
 R = TypeVar("R")  # B, for the constructor overload that fixes T from it
 Shards: TypeAlias = list[dict[str, B]]
+
+
+def step_rng(seed: int, step: int) -> np.random.Generator:
+    """The random generator a transform gets for `step` of a loader with `seed`:
+    NumPy's Philox4x64-10 with the 128-bit key ``(seed, step)`` (two 64-bit words,
+    ``seed`` first) and the counter at 0. Each (seed, step) pair is its own key,
+    so the streams of different steps never overlap, and a step's stream depends
+    on nothing else: not on the workers, the steps before it or a resume."""
+    s = check_int(seed, "seed", 0, _MAX_SEED)
+    t = check_int(step, "step", 0, _MAX_SEED)
+    return np.random.Generator(np.random.Philox(key=s | t << 64))
+
+
+class StepInfo:
+    """What a two-argument transform receives with each step's shards.
+
+    ``step`` is the step number (the one ``state_dict()`` counts), ``positions``
+    the global batch the sampler drew for it (a read-only copy, before the split
+    into bindings), and ``rng`` a NumPy Generator derived from the loader's seed
+    and the step only (``step_rng(seed, step)``), created on first use."""
+
+    __slots__ = ("step", "positions", "_seed", "_rng")
+
+    step: int
+    positions: npt.NDArray[np.integer]
+
+    def __init__(self, step: int, positions: npt.NDArray[np.integer], seed: int) -> None:
+        self.step = step
+        self.positions = positions
+        self._seed = seed
+        self._rng: np.random.Generator | None = None
+
+    @property
+    def seed(self) -> int:
+        """The loader's seed."""
+        return self._seed
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """This step's generator: the same object on every access within the step."""
+        if self._rng is None:
+            self._rng = step_rng(self._seed, self.step)
+        return self._rng
+
+    def __repr__(self) -> str:
+        return f"StepInfo(step={self.step}, positions={len(self.positions)}, seed={self._seed})"
+
+
+def _takes_step(transform: Callable[..., object]) -> bool:
+    """Whether `transform` is called with a StepInfo as well as the shards: it is
+    when it has exactly two required positional parameters. A transform that can
+    be called with the shards alone (one parameter, or a second one with a
+    default) is called that way, as it always was."""
+    try:
+        sig = inspect.signature(transform)
+    except (TypeError, ValueError):  # no signature to read (some builtins)
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    required = [
+        p
+        for p in sig.parameters.values()
+        if p.kind in positional and p.default is inspect.Parameter.empty
+    ]
+    if len(required) == 2:
+        return True
+    try:
+        sig.bind(None)
+    except TypeError:
+        raise TypeError(
+            f"transform {getattr(transform, '__qualname__', transform)!r}{sig} cannot be "
+            "called with the shard list alone, nor with the shard list and a StepInfo"
+        ) from None
+    return False
 
 
 def _plain(value: object, what: str) -> JSON:
@@ -250,15 +330,18 @@ class _Pipeline(Generic[B, T]):
         self,
         streams: _Streams[B],
         sampler: IndexSampler,
-        transform: Callable[[Shards[B]], T] | None,
+        transform: Callable[..., T] | None,
         workers: int,
         prefetch: int,
+        seed: int,
     ) -> None:
         self.streams = streams
         self.sampler = sampler
         self.transform = transform
+        self.with_step = transform is not None and _takes_step(transform)
         self.workers = workers
         self.prefetch = prefetch
+        self.seed = seed
         self.cond = threading.Condition(threading.Lock())
         self.draw = threading.Lock()  # serializes draw and gather across workers
         self.claimed = 0  # next step a worker will draw
@@ -272,7 +355,8 @@ class _Pipeline(Generic[B, T]):
 
     # -- one step ---------------------------------------------------------------
 
-    def shards(self, drawn: object) -> Shards[B]:
+    def gather(self, step: int, drawn: object) -> tuple[Shards[B], StepInfo | None]:
+        """The step's shards, and its StepInfo when the transform takes one."""
         idx: npt.NDArray[np.generic] = np.asarray(drawn)
         if idx.ndim != 1:
             raise ValueError(f"the sampler returned an array of shape {idx.shape}; expected 1-D")
@@ -287,17 +371,27 @@ class _Pipeline(Generic[B, T]):
         if b % k:
             raise ValueError(f"the sampler's batch of {b} does not divide by {k} bindings")
         per = b // k
-        return [
+        shards = [
             {
                 name: readers[i].gather(positions[i * per : (i + 1) * per])
                 for name, readers in zip(self.streams.names, self.streams.lists, strict=True)
             }
             for i in range(k)
         ]
+        info = None
+        if self.with_step:
+            # A copy: the sampler overwrites its buffer at the next draw, which may
+            # come before this step's transform runs.
+            own = positions.copy()
+            own.flags.writeable = False
+            info = StepInfo(step, own, self.seed)
+        return shards, info
 
-    def finish(self, shards: Shards[B]) -> T:
+    def finish(self, shards: Shards[B], info: StepInfo | None) -> T:
         if self.transform is None:
             return cast("T", shards)
+        if info is not None:
+            return self.transform(shards, info)
         return self.transform(shards)
 
     # -- worker threads -----------------------------------------------------------
@@ -319,6 +413,7 @@ class _Pipeline(Generic[B, T]):
             # cores, and the gather reads the sampler's reused buffer without a copy
             # before the next draw overwrites it.
             shards: Shards[B] | None = None
+            info: StepInfo | None = None
             result: _Step[T] | None = None
             with self.draw:
                 with self.cond:
@@ -329,12 +424,12 @@ class _Pipeline(Generic[B, T]):
                     step = self.claimed
                     self.claimed += 1
                 try:
-                    shards = self.shards(self.sampler.next())
+                    shards, info = self.gather(step, self.sampler.next())
                 except BaseException as e:  # noqa: BLE001 - delivered to the consumer
                     result = _Step(error=e)
             if shards is not None:
                 try:
-                    result = _Step(self.finish(shards))
+                    result = _Step(self.finish(shards, info))
                 except BaseException as e:  # noqa: BLE001 - delivered to the consumer
                     result = _Step(error=e)
             assert result is not None
@@ -346,7 +441,7 @@ class _Pipeline(Generic[B, T]):
                 self.cond.notify_all()
             # Drop this thread's references before waiting for the next claim, or a
             # batch the consumer already discarded would stay alive past the bound.
-            del result, shards
+            del result, shards, info
             if failed:
                 return
 
@@ -378,7 +473,7 @@ class _Pipeline(Generic[B, T]):
             with self.draw:
                 self.check_open()
                 try:
-                    out = self.finish(self.shards(self.sampler.next()))
+                    out = self.finish(*self.gather(self.delivered, self.sampler.next()))
                 except BaseException as e:
                     self.failed = e
                     raise
@@ -474,6 +569,7 @@ class LoaderIterator(Iterator[T], Generic[B, T]):
         return {
             "version": STATE_VERSION,
             "step": p.delivered,
+            "seed": p.seed,
             "sampler": _sampler_key(p.sampler),
             "streams": p.streams.state(),
         }
@@ -484,13 +580,22 @@ class LoaderIterator(Iterator[T], Generic[B, T]):
         given = _as_mapping(state, "state must be a dict from state_dict()")
         version = given.get("version")
         if type(version) is not int or version != STATE_VERSION:
+            old = type(version) is int and version == 2
+            why = " (version 2 states do not record the loader's seed)" if old else ""
             raise ValueError(
                 f"loader state version {version!r} is not supported; this loader reads "
-                f"version {STATE_VERSION}"
+                f"version {STATE_VERSION}{why}"
             )
         if p.started or p.delivered or p.claimed:
             raise RuntimeError("load_state_dict must be called before the first next()")
         step = check_int(given.get("step"), "state['step']", 0)
+        seed = given.get("seed")
+        if type(seed) is not int or seed != p.seed:
+            # A two-argument transform's random generators derive from the seed, so
+            # another seed would resume with other augmentations.
+            raise ValueError(
+                f"the state was taken with seed {seed!r}, this loader's seed is {p.seed}"
+            )
         if "streams" not in given:
             raise ValueError("the state has no 'streams'; it was not made by state_dict()")
         p.streams.check(given["streams"])
@@ -524,6 +629,12 @@ class LoaderIterator(Iterator[T], Generic[B, T]):
         if pipeline is not None and not pipeline.closed:
             pipeline.close(join=False)
 
+    def __reduce__(self) -> NoReturn:
+        raise TypeError(
+            "a LoaderIterator cannot be pickled: its worker threads and batches belong to "
+            "this process; save its state_dict() instead"
+        )
+
     def __repr__(self) -> str:
         p = self._pipeline
         state = "closed" if p.closed else f"step={p.delivered}"
@@ -542,7 +653,13 @@ class Loader(Generic[B, T]):
     A Loader has one iterator: ``iter(loader)`` returns the same LoaderIterator
     every time, and ``next(loader)``, ``state_dict()`` and ``close()`` act on it,
     so no two loops over one loader see the same step. ``close()`` returns once no
-    worker runs loaderx or user code."""
+    worker runs loaderx or user code.
+
+    ``transform(shards)`` receives each step's list of shard dicts. A transform
+    with exactly two required positional parameters is called as
+    ``transform(shards, step)`` with a ``StepInfo``, whose ``rng`` derives from
+    ``seed`` and the step alone: random augmentation then repeats exactly with any
+    number of workers and after a resume."""
 
     @overload
     def __init__(
@@ -553,6 +670,7 @@ class Loader(Generic[B, T]):
         transform: None = None,
         workers: int = 4,
         prefetch: int = 4,
+        seed: int = 0,
     ) -> None: ...
 
     @overload
@@ -564,6 +682,19 @@ class Loader(Generic[B, T]):
         transform: Callable[[Shards[B]], T],
         workers: int = 4,
         prefetch: int = 4,
+        seed: int = 0,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self,
+        streams: Mapping[str, Sequence[Reader[B]]],
+        sampler: IndexSampler,
+        *,
+        transform: Callable[[Shards[B], StepInfo], T],
+        workers: int = 4,
+        prefetch: int = 4,
+        seed: int = 0,
     ) -> None: ...
 
     def __init__(
@@ -571,9 +702,10 @@ class Loader(Generic[B, T]):
         streams: Mapping[str, Sequence[Reader[B]]],
         sampler: IndexSampler,
         *,
-        transform: Callable[[Shards[B]], T] | None = None,
+        transform: Callable[[Shards[B]], T] | Callable[[Shards[B], StepInfo], T] | None = None,
         workers: int = 4,
         prefetch: int = 4,
+        seed: int = 0,
     ) -> None:
         checked: _Streams[B] = _Streams(streams)
         if not _is_sampler(sampler):
@@ -588,7 +720,8 @@ class Loader(Generic[B, T]):
             raise TypeError(f"transform must be callable, got {type(transform).__name__}")
         w = check_int(workers, "workers", 0)
         p = check_int(prefetch, "prefetch", 1)
-        self._pipeline = _Pipeline(checked, sampler, transform, w, p)
+        s = check_int(seed, "seed", 0, _MAX_SEED)
+        self._pipeline = _Pipeline(checked, sampler, transform, w, p, s)
         self._iterator = LoaderIterator(self._pipeline)
 
     @property
@@ -598,6 +731,11 @@ class Loader(Generic[B, T]):
     @property
     def prefetch(self) -> int:
         return self._pipeline.prefetch
+
+    @property
+    def seed(self) -> int:
+        """The seed of a two-argument transform's random generators (``StepInfo``)."""
+        return self._pipeline.seed
 
     def __iter__(self) -> LoaderIterator[B, T]:
         if self._iterator.closed:
@@ -635,9 +773,16 @@ class Loader(Generic[B, T]):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def __reduce__(self) -> NoReturn:
+        raise TypeError(
+            "a Loader cannot be pickled: its worker threads and batches belong to this "
+            "process. Pickle its readers and sampler (they reopen by reference) and "
+            "construct a Loader in the receiving process"
+        )
+
     def __repr__(self) -> str:
         p = self._pipeline
         return (
             f"Loader(streams={p.streams.names}, bindings={p.streams.width}, "
-            f"workers={p.workers}, prefetch={p.prefetch}, step={p.delivered})"
+            f"workers={p.workers}, prefetch={p.prefetch}, seed={p.seed}, step={p.delivered})"
         )

@@ -20,7 +20,7 @@ import numbers
 import operator
 import os
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -228,10 +228,18 @@ class _Reader(Generic[_BatchT]):
     _kind = ""
 
     def __init__(
-        self, native: _native.Store, path: str, allocator: Allocator | None = None
+        self,
+        native: _native.Store,
+        path: str,
+        allocator: Allocator | None = None,
+        *,
+        where: str | None = None,
     ) -> None:
         self._native: _native.Store | None = native
         self._path = path
+        # The absolute path as of opening, which a pickle reopens: a relative path
+        # would name another store once the working directory changes.
+        self._where = os.path.abspath(path) if where is None else where
         self._allocator = allocator
         self._owns_allocator = False
         self._len = len(native)
@@ -248,13 +256,17 @@ class _Reader(Generic[_BatchT]):
         p = _fspath(path)
         if not isinstance(checked, bool):
             raise TypeError(f"checked must be a bool, got {type(checked).__name__}")
-        native = _native.Store.open(p, checked)
+        return cls(cls._open_native(p, checked), p)
+
+    @classmethod
+    def _open_native(cls, path: str, checked: bool) -> _native.Store:
+        native = _native.Store.open(path, checked)
         if native.kind != cls._kind:
             raise ZrecordError(
-                f"{p}: is a {native.kind.capitalize()} store; open it with "
+                f"{path}: is a {native.kind.capitalize()} store; open it with "
                 f"{native.kind.capitalize()}.open"
             )
-        return cls(native, p)
+        return native
 
     def _store(self) -> _native.Store:
         if self._native is None:
@@ -273,7 +285,7 @@ class _Reader(Generic[_BatchT]):
             raise TypeError(
                 f"bind needs a loaderx.allocator.Allocator, got {type(allocator).__name__}"
             )
-        return type(self)(self._store(), self._path, allocator)
+        return type(self)(self._store(), self._path, allocator, where=self._where)
 
     @property
     def path(self) -> str:
@@ -375,6 +387,56 @@ class _Reader(Generic[_BatchT]):
     def __repr__(self) -> str:
         state = "closed" if self._native is None else f"{self._len} records"
         return f"{type(self).__name__}({self._path!r}, {state})"
+
+    def __reduce__(self) -> tuple[Callable[..., Self], tuple[object, ...]]:
+        """Pickles by reference: the store's path, kind, ``checked`` option, header
+        checksum and binding. Unpickling reopens the store, refusing with
+        ZrecordError one whose header checksum differs, and binds it to a fresh
+        allocator of the same configuration (none for a root reader)."""
+        if self._native is None:
+            raise ValueError(
+                f"{self._path}: the reader is closed; a closed reader cannot be pickled "
+                "(unpickling would reopen a store this reader no longer reads)"
+            )
+        # A root reader's own host allocator is not a binding: the reopened root
+        # reader makes its own on first use.
+        bound = None if self._owns_allocator else self._allocator
+        return (
+            _reopen_reader,
+            (
+                type(self),
+                self._path,
+                self._where,
+                bool(self._native.checked),
+                int(self._native.header_checksum),
+                bound,
+            ),
+        )
+
+
+_ReaderT = TypeVar("_ReaderT", bound="_Reader[Any]")
+
+
+def _reopen_reader(
+    cls: type[_ReaderT],
+    path: str,
+    where: str,
+    checked: bool,
+    header_checksum: int,
+    allocator: Allocator | None,
+) -> _ReaderT:
+    """Unpickles a reader (see ``_Reader.__reduce__``)."""
+    native = cls._open_native(where, checked)  # pyright: ignore[reportPrivateUsage]
+    found = int(native.header_checksum)
+    if found != header_checksum:
+        err = ZrecordError(
+            f"{where}: the store changed since the reader was pickled (header checksum "
+            f"{found:#018x}, pickled {header_checksum:#018x}); a reader reopened from a "
+            "pickle reads only the store it was pickled from"
+        )
+        err.path = where
+        raise err
+    return cls(native, path, allocator, where=where)
 
 
 class _Writer:

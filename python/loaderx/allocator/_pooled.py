@@ -51,13 +51,25 @@ class PooledAllocator(_Base):
     class, which keeps repeated batch sizes free of fresh page faults and runtime
     calls."""
 
-    def __init__(self, pool: _native.Placement) -> None:
+    def __init__(self, pool: _native.Placement, idle_limit: int) -> None:
         self._pool = pool
+        self._idle_limit = idle_limit
 
     def allocate(self, nbytes: int) -> PooledAllocation:
         if self.closed:
             raise ValueError("the allocator is closed")
         return PooledAllocation(self._pool.allocate(check_int(nbytes, "nbytes", 0)))
+
+    @property
+    def idle_limit(self) -> int:
+        """Bytes of released regions the pool keeps for reuse before freeing them."""
+        return self._idle_limit
+
+    def _check_picklable(self) -> None:
+        # A pickle names a pool to create in the receiving process; a closed one
+        # names nothing that could still be used.
+        if self.closed:
+            raise ValueError("the allocator is closed; a closed allocator cannot be pickled")
 
     def stats(self) -> Stats:
         return Stats(*self._pool.stats())

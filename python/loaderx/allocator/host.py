@@ -7,10 +7,23 @@ from ._pooled import DEFAULT_IDLE_LIMIT, PooledAllocator, Stats, check_idle_limi
 
 
 class Allocator(PooledAllocator):
-    """Host memory from a pool of size classes, 64-byte aligned."""
+    """Host memory from a pool of size classes, 64-byte aligned.
+
+    It pickles by configuration: unpickling creates a fresh, empty pool with the
+    same idle limit in the receiving process, since memory cannot move between
+    processes."""
 
     def __init__(self, *, idle_limit: int = DEFAULT_IDLE_LIMIT) -> None:
-        super().__init__(_native.Placement.host(check_idle_limit(idle_limit)))
+        limit = check_idle_limit(idle_limit)
+        super().__init__(_native.Placement.host(limit), limit)
+
+    def __reduce__(self) -> tuple[object, tuple[int]]:
+        self._check_picklable()
+        return (_reopen, (self._idle_limit,))
+
+
+def _reopen(idle_limit: int) -> Allocator:
+    return Allocator(idle_limit=idle_limit)
 
 
 __all__ = ["Allocator", "Stats"]
