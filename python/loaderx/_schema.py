@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from . import _native
+from .errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -45,34 +46,38 @@ def check_dtype(dtype: object) -> np.dtype:
     try:
         dt = np.dtype(cast("npt.DTypeLike", dtype))  # anything else is the TypeError below
     except TypeError as e:
-        raise ValueError(f"dtype {dtype!r} is not a NumPy dtype: {e}") from None
+        raise InvalidArgumentError(f"dtype {dtype!r} is not a NumPy dtype: {e}") from None
     if dt.fields is not None:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"structured dtype {dt} is not supported: store each field as its own stream"
         )
     if dt.subdtype is not None:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"subarray dtype {dt} is not supported: put the subarray shape in item_shape instead"
         )
     if dt.metadata:
-        raise ValueError(f"dtype {dt} carries metadata, which a store cannot keep")
+        raise InvalidArgumentError(f"dtype {dt} carries metadata, which a store cannot keep")
     # Before the checks by kind: ml_dtypes types have kind "V", like raw bytes.
     if _is_store_dtype(dt):
         return dt
     if dt.kind == "O":
-        raise ValueError("object dtype is not supported: records are typed arrays")
+        raise InvalidArgumentError("object dtype is not supported: records are typed arrays")
     if dt.kind in "SUV":
-        raise ValueError(
+        raise InvalidArgumentError(
             f"string/bytes dtype {dt} is not supported: store encoded bytes as np.uint8 records"
         )
     if dt.kind in "mM":
-        raise ValueError(f"datetime dtype {dt} is not supported: store its int64 values instead")
+        raise InvalidArgumentError(
+            f"datetime dtype {dt} is not supported: store its int64 values instead"
+        )
     if dt.itemsize == 0:
-        raise ValueError(f"dtype {dt} has zero itemsize")
+        raise InvalidArgumentError(f"dtype {dt} has zero itemsize")
     if not dt.isnative:
         native = dt.newbyteorder("=").str
-        raise ValueError(f"dtype {dt.str} is not native-endian: convert with .astype({native!r})")
-    raise ValueError(f"dtype {dt} cannot be represented losslessly in DLPack")
+        raise InvalidArgumentError(
+            f"dtype {dt.str} is not native-endian: convert with .astype({native!r})"
+        )
+    raise InvalidArgumentError(f"dtype {dt} cannot be represented losslessly in DLPack")
 
 
 def check_int(value: object, name: str, lo: int, hi: int | None = None) -> int:
@@ -81,7 +86,7 @@ def check_int(value: object, name: str, lo: int, hi: int | None = None) -> int:
     v = operator.index(value)
     if v < lo or (hi is not None and v > hi):
         bound = f"in {lo}..{hi}" if hi is not None else f">= {lo}"
-        raise ValueError(f"{name} must be {bound}, got {v}")
+        raise InvalidArgumentError(f"{name} must be {bound}, got {v}")
     return v
 
 
@@ -101,7 +106,9 @@ def check_codec(codec: object, dict_bytes: object) -> bytes | None:
     """`dict_bytes` as bytes. Whether the codec needs a dictionary is checked by
     the writer, which owns that rule."""
     if not isinstance(codec, str) or codec not in CODECS:
-        raise ValueError(f"codec must be one of {', '.join(map(repr, CODECS))}, got {codec!r}")
+        raise InvalidArgumentError(
+            f"codec must be one of {', '.join(map(repr, CODECS))}, got {codec!r}"
+        )
     if dict_bytes is None:
         return None
     if not isinstance(dict_bytes, (bytes, bytearray, memoryview)):

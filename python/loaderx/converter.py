@@ -44,6 +44,7 @@ import numpy as np
 
 from . import _native, errors
 from ._schema import check_int
+from .errors import InvalidArgumentError, StoreExistsError
 from .zrecord import Dense, DenseWriter, Ragged, RaggedBatch, RaggedWriter
 
 if TYPE_CHECKING:
@@ -133,7 +134,7 @@ def _is_number(t: pa.DataType) -> bool:
 def _number(t: pa.DataType, column: str) -> np.dtype:
     if _is_number(t):
         return np.dtype(t.to_pandas_dtype())
-    raise ValueError(
+    raise InvalidArgumentError(
         f"column {column!r}: {t} values cannot be stored; convert needs numbers "
         "(map strings to ids, or encode them to bytes, with Dataset.map first)"
     )
@@ -144,10 +145,10 @@ def _array_feature(column: str, t: pa.ExtensionType) -> _Plan:
     shape = cast("tuple[int | None, ...] | None", getattr(t, "shape", None))
     vt = cast("str | pa.DataType | None", getattr(t, "value_type", None))
     if shape is None or vt is None or any(d is None for d in shape):
-        raise ValueError(f"column {column!r}: {t} has no fixed shape; it cannot be Dense")
+        raise InvalidArgumentError(f"column {column!r}: {t} has no fixed shape; it cannot be Dense")
     dtype = np.dtype(vt) if isinstance(vt, str) else _number(vt, column)
     if dtype.kind not in "biuf":
-        raise ValueError(f"column {column!r}: {dtype} values cannot be stored")
+        raise InvalidArgumentError(f"column {column!r}: {dtype} values cannot be stored")
     return _Plan(column, "dense", dtype, tuple(int(cast(int, d)) for d in shape))
 
 
@@ -167,14 +168,14 @@ def _plan(column: str, t: pa.DataType, feature: object) -> _Plan:
 
     name = type(feature).__name__
     if name in _UNDECODED:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"column {column!r} has feature type {name}; decode it to arrays (or keep the "
             "encoded bytes as a binary column) with Dataset.map before converting"
         )
     if isinstance(t, pa.ExtensionType):
         return _array_feature(column, t)
     if pa.types.is_null(t):
-        raise ValueError(f"column {column!r} holds only nulls")
+        raise InvalidArgumentError(f"column {column!r} holds only nulls")
     shape: list[int] = []
     inner = t
     while pa.types.is_fixed_size_list(inner):
@@ -182,13 +183,13 @@ def _plan(column: str, t: pa.DataType, feature: object) -> _Plan:
         inner = inner.value_type
     if shape or _is_number(inner):
         if not _is_number(inner):
-            raise ValueError(f"column {column!r}: {t} nests {inner} in a fixed-size list")
+            raise InvalidArgumentError(f"column {column!r}: {t} nests {inner} in a fixed-size list")
         return _Plan(column, "dense", _number(inner, column), tuple(shape))
     if pa.types.is_binary(t) or pa.types.is_large_binary(t):
         return _Plan(column, "ragged", np.dtype(np.uint8), layout="binary")
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         if pa.types.is_nested(_value_type(t)):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"column {column!r}: {t} nests dynamic lists; store a multidimensional "
                 "record as a struct {values: list<number>, shape: fixed_size_list<uint64, n>}"
             )
@@ -208,12 +209,14 @@ def _plan(column: str, t: pa.DataType, feature: object) -> _Plan:
             return _Plan(column, "ragged", dtype, ndim=shape_t.list_size, layout="struct")
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         _number(t, column)  # raises with the advice for strings
-    raise ValueError(f"column {column!r}: {t} cannot be stored as Dense or Ragged records")
+    raise InvalidArgumentError(
+        f"column {column!r}: {t} cannot be stored as Dense or Ragged records"
+    )
 
 
 def _no_nulls(arr: _Array, plan: _Plan) -> None:
     if arr.null_count:
-        raise ValueError(f"column {plan.column!r} holds {arr.null_count} null value(s)")
+        raise InvalidArgumentError(f"column {plan.column!r} holds {arr.null_count} null value(s)")
 
 
 def _flat(arr: _Array, plan: _Plan) -> _Array:
@@ -239,7 +242,9 @@ def _dense_chunk(arr: _Array, plan: _Plan) -> npt.NDArray[np.generic]:
             lists = cast("_ListArray", arr)
             lengths = lists.value_lengths().to_numpy(zero_copy_only=False)
             if (lengths != size).any():
-                raise ValueError(f"column {plan.column!r}: a record is not {plan.item_shape}")
+                raise InvalidArgumentError(
+                    f"column {plan.column!r}: a record is not {plan.item_shape}"
+                )
             arr = lists.flatten()
     values = _flat(arr, plan)
     _no_nulls(values, plan)
@@ -356,7 +361,7 @@ def _check_name(name: object, what: str) -> str:
         or "\0" in name
         or (os.altsep is not None and os.altsep in name)
     ):
-        raise ValueError(f"{what} {name!r} cannot name a directory of the output")
+        raise InvalidArgumentError(f"{what} {name!r} cannot name a directory of the output")
     return name
 
 
@@ -365,9 +370,9 @@ def _convert_split(
 ) -> None:
     schema = ds.data.schema
     if len(ds.column_names) == 0:
-        raise ValueError("the dataset has no columns")
+        raise InvalidArgumentError("the dataset has no columns")
     if len(ds) == 0:
-        raise ValueError("the dataset has no rows; there is nothing to convert")
+        raise InvalidArgumentError("the dataset has no rows; there is nothing to convert")
     for c in ds.column_names:
         _check_name(c, "column")
     types = _field_types(schema)
@@ -439,14 +444,14 @@ def convert(
     _pa()
     dest = os.path.abspath(path)
     if os.path.lexists(dest):
-        raise FileExistsError(f"{dest}: already exists; convert writes a new path")
+        raise StoreExistsError(f"{dest}: already exists; convert writes a new path")
     if codec not in ("raw", "zstd"):
         if codec == "zstd_dict":
-            raise ValueError(
+            raise InvalidArgumentError(
                 "convert writes raw or zstd; zstd_dict needs a dictionary per column, "
                 "trained from the converted store (train_dict) and applied by re-encoding"
             )
-        raise ValueError(f"codec must be 'raw' or 'zstd', got {codec!r}")
+        raise InvalidArgumentError(f"codec must be 'raw' or 'zstd', got {codec!r}")
     data_shards = check_int(data_shards, "data_shards", 1)
     _check_input(dataset)
     say = _Progress(progress)
@@ -455,7 +460,7 @@ def convert(
     try:
         if _is_dict(dataset):
             if not dataset:
-                raise ValueError("the DatasetDict has no splits")
+                raise InvalidArgumentError("the DatasetDict has no splits")
             splits = {_check_name(split, "split"): ds for split, ds in dataset.items()}
             for split, ds in splits.items():
                 os.makedirs(os.path.join(tmp, split))

@@ -30,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._schema import check_int
+from .errors import InvalidArgumentError
 from .protocols import (
     ConfiguredSampler,
     IndexSampler,
@@ -215,7 +216,7 @@ class _Streams(Generic[B]):
             )
         items = cast("Mapping[object, object]", streams)
         if not items:
-            raise ValueError("streams is empty; name at least one stream")
+            raise InvalidArgumentError("streams is empty; name at least one stream")
         names: list[str] = []
         lists: list[list[Reader[B]]] = []
         width: int | None = None
@@ -230,9 +231,11 @@ class _Streams(Generic[B]):
                 )
             bindings = list(cast("Sequence[object]", readers))
             if not bindings:
-                raise ValueError(f"stream {name!r} has no readers; each stream needs >= 1 binding")
+                raise InvalidArgumentError(
+                    f"stream {name!r} has no readers; each stream needs >= 1 binding"
+                )
             if width is not None and len(bindings) != width:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"stream {name!r} has {len(bindings)} bindings but {names[0]!r} has "
                     f"{width}; all binding lists must be equally long"
                 )
@@ -245,7 +248,7 @@ class _Streams(Generic[B]):
                     )
                 n = len(cast("Reader[B]", r))
                 if length is not None and n != length:
-                    raise ValueError(
+                    raise InvalidArgumentError(
                         f"stream {name!r} has {n} records but {names[0]!r} has {length}; "
                         "aligned streams need equal record counts"
                     )
@@ -270,13 +273,13 @@ class _Streams(Generic[B]):
         """Raises ValueError naming the first difference between a state's
         ``streams`` entry and these streams."""
         if not isinstance(got, Mapping):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"the state's 'streams' is {got!r}, not a dict of stream name -> records and stores"
             )
         theirs = cast("Mapping[object, object]", got)
         mine = self.state()
         if set(theirs) != set(mine):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"the state was taken with streams {sorted(map(str, theirs))}, "
                 f"this loader reads {sorted(mine)}"
             )
@@ -284,10 +287,10 @@ class _Streams(Generic[B]):
             want = cast("dict[str, JSON]", entry)
             found = theirs[name]
             if not isinstance(found, Mapping):
-                raise ValueError(f"the state's stream {name!r} is {found!r}, not a dict")
+                raise InvalidArgumentError(f"the state's stream {name!r} is {found!r}, not a dict")
             fields = cast("Mapping[object, object]", found)
             if fields.get("records") != want["records"]:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"stream {name!r} had {fields.get('records')!r} records when the state "
                     f"was taken, this loader's has {want['records']}"
                 )
@@ -295,13 +298,13 @@ class _Streams(Generic[B]):
             mine_stores = cast("list[JSON]", want["stores"])
             if not isinstance(stores, list) or len(stores) != len(mine_stores):
                 count = len(stores) if isinstance(stores, list) else stores
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"stream {name!r} had {count!r} bindings when the state was taken, "
                     f"this loader has {len(mine_stores)}"
                 )
             for i, (a, b) in enumerate(zip(stores, mine_stores, strict=True)):
                 if a != b:
-                    raise ValueError(
+                    raise InvalidArgumentError(
                         f"stream {name!r} binding {i} read store {a!r} when the state was "
                         f"taken, this loader's reads store {b!r}"
                     )
@@ -359,7 +362,9 @@ class _Pipeline(Generic[B, T]):
         """The step's shards, and its StepInfo when the transform takes one."""
         idx: npt.NDArray[np.generic] = np.asarray(drawn)
         if idx.ndim != 1:
-            raise ValueError(f"the sampler returned an array of shape {idx.shape}; expected 1-D")
+            raise InvalidArgumentError(
+                f"the sampler returned an array of shape {idx.shape}; expected 1-D"
+            )
         if idx.dtype.kind not in "iu":
             raise TypeError(f"the sampler returned {idx.dtype} positions; expected integers")
         if idx.dtype.itemsize != 8 or not idx.flags.c_contiguous:
@@ -369,7 +374,9 @@ class _Pipeline(Generic[B, T]):
         positions = cast("Positions", idx)
         b, k = len(positions), self.streams.width
         if b % k:
-            raise ValueError(f"the sampler's batch of {b} does not divide by {k} bindings")
+            raise InvalidArgumentError(
+                f"the sampler's batch of {b} does not divide by {k} bindings"
+            )
         per = b // k
         shards = [
             {
@@ -458,7 +465,7 @@ class _Pipeline(Generic[B, T]):
 
     def check_open(self) -> None:
         if self.closed:
-            raise ValueError("the loader is closed")
+            raise InvalidArgumentError("the loader is closed")
         if self.failed is not None:
             raise RuntimeError(
                 f"the loader stopped at step {self.delivered} after an error"
@@ -582,7 +589,7 @@ class LoaderIterator(Iterator[T], Generic[B, T]):
         if type(version) is not int or version != STATE_VERSION:
             old = type(version) is int and version == 2
             why = " (version 2 states do not record the loader's seed)" if old else ""
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"loader state version {version!r} is not supported; this loader reads "
                 f"version {STATE_VERSION}{why}"
             )
@@ -593,16 +600,18 @@ class LoaderIterator(Iterator[T], Generic[B, T]):
         if type(seed) is not int or seed != p.seed:
             # A two-argument transform's random generators derive from the seed, so
             # another seed would resume with other augmentations.
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"the state was taken with seed {seed!r}, this loader's seed is {p.seed}"
             )
         if "streams" not in given:
-            raise ValueError("the state has no 'streams'; it was not made by state_dict()")
+            raise InvalidArgumentError(
+                "the state has no 'streams'; it was not made by state_dict()"
+            )
         p.streams.check(given["streams"])
         key = _sampler_key(p.sampler)
         theirs = _plain(given.get("sampler"), "the state's sampler")
         if theirs != key:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"the state was taken with sampler {theirs!r}, this loader's sampler is {key!r}"
             )
         if isinstance(p.sampler, SeekableSampler):
@@ -712,7 +721,7 @@ class Loader(Generic[B, T]):
             raise TypeError("sampler must have a next() method returning a 1-D uint64 array")
         batch = _batch_size(sampler)
         if batch is not None and batch % checked.width:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"the sampler's batch size {batch} does not divide by the {checked.width} "
                 f"bindings of stream {checked.names[0]!r}"
             )
@@ -739,7 +748,7 @@ class Loader(Generic[B, T]):
 
     def __iter__(self) -> LoaderIterator[B, T]:
         if self._iterator.closed:
-            raise ValueError("the loader is closed")
+            raise InvalidArgumentError("the loader is closed")
         return iter(self._iterator)
 
     def next(self) -> T:

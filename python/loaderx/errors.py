@@ -8,7 +8,8 @@ everything loaderx raises on purpose while ``except ValueError``,
 ============================ ===================== ========================================
 class                        also a                raised when
 ============================ ===================== ========================================
-``InvalidArgumentError``     ``ValueError``        an argument breaks the contract
+``InvalidArgumentError``     ``ValueError``        an argument breaks the contract, or an
+                                                   object is used after ``close()``
 ``OutOfRangeError``          ``IndexError``        a position is outside ``0..len-1``
 ``StoreNotFoundError``       ``FileNotFoundError`` nothing is at the path to open
 ``StoreExistsError``         ``FileExistsError``   the path to create already exists
@@ -25,8 +26,10 @@ class                        also a                raised when
 ``InternalError``            ``RuntimeError``      a bug in loaderx; please report it
 ============================ ===================== ========================================
 
-Type and argument-kind mistakes (passing a list where an integer is wanted) stay
-plain ``TypeError``.
+Two kinds of mistake keep the plain built-in class: type mistakes (passing a list
+where an integer is wanted) are ``TypeError``, and calls in the wrong order or the
+wrong process (``load_state_dict`` after the first ``next()``, a loader used in a
+forked child) are ``RuntimeError``.
 """
 
 from __future__ import annotations

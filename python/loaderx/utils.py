@@ -16,6 +16,7 @@ import numpy as np
 
 from . import _native
 from ._schema import check_dtype, check_int
+from .errors import InvalidArgumentError
 from .zrecord import Dense, DenseWriter, DLTensor, Ragged, RaggedBatch, RaggedWriter
 
 if TYPE_CHECKING:
@@ -112,7 +113,9 @@ def _sample(source: DictSource, budget: int, rng: np.random.Generator) -> list[_
         # An ndarray of any element type, which _host checks.
         arr = _host(cast("npt.NDArray[np.generic] | DLTensor", source), "source")
         if arr.ndim == 0:
-            raise ValueError("a 0-dimensional array holds no records; records lie along axis 0")
+            raise InvalidArgumentError(
+                "a 0-dimensional array holds no records; records lie along axis 0"
+            )
         return _spread_sample(
             arr.shape[0],
             arr.dtype,
@@ -135,7 +138,9 @@ def _host(a: npt.NDArray[np.generic] | DLTensor, what: str) -> npt.NDArray[np.ge
     """A NumPy view of a host array or DLTensor of a storable dtype."""
     if isinstance(a, DLTensor):
         if a.device[0] != 1:
-            raise ValueError(f"{what} is not in host memory; transfer it explicitly first")
+            raise InvalidArgumentError(
+                f"{what} is not in host memory; transfer it explicitly first"
+            )
         a = np.from_dlpack(a)
     check_dtype(a.dtype)
     return a
@@ -245,7 +250,9 @@ def _ragged_store_sample(store: Ragged, budget: int, rng: np.random.Generator) -
 def _ragged_batch_sample(batch: RaggedBatch, budget: int, rng: np.random.Generator) -> list[_Bytes]:
     """Evenly spread records of a packed host batch (all sizes known up front)."""
     if batch.device[0] != 1:
-        raise ValueError("the RaggedBatch is not in host memory; transfer it explicitly first")
+        raise InvalidArgumentError(
+            "the RaggedBatch is not in host memory; transfer it explicitly first"
+        )
     values = np.from_dlpack(batch.values)
     cu = np.from_dlpack(batch.cu_seqlens)
     itemsize = values.dtype.itemsize
@@ -323,7 +330,7 @@ def _train(pieces: list[_Bytes], requested: int | None) -> bytes:
     pieces = [p for p in pieces if p.size]
     total = sum(p.size for p in pieces)
     if len(pieces) < MIN_SAMPLES:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"train_dict needs at least {MIN_SAMPLES} non-empty records to train on, "
             f"got {len(pieces)}; a corpus this small gains nothing from a dictionary "
             "(use codec='zstd')"
@@ -331,14 +338,14 @@ def _train(pieces: list[_Bytes], requested: int | None) -> bytes:
     if requested is None:
         size = min(DEFAULT_DICT_SIZE, total // MIN_RATIO)
         if size < MIN_DICT_SIZE:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"the records hold only {total} bytes; a dictionary needs at least "
                 f"{MIN_RATIO * MIN_DICT_SIZE} bytes of samples (use codec='zstd')"
             )
     else:
         size = requested
         if total < MIN_RATIO * size:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{total} bytes of samples are too few for a {size}-byte dictionary: "
                 f"it needs at least {MIN_RATIO * size} ({MIN_RATIO}x; zstd works best "
                 f"near {SAMPLE_RATIO}x); pass a smaller size= or more records"
@@ -347,7 +354,7 @@ def _train(pieces: list[_Bytes], requested: int | None) -> bytes:
     try:
         return _native.train_dictionary(data, [p.size for p in pieces], size)
     except ValueError as e:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"zstd could not train a dictionary of up to {size} bytes from {len(pieces)} "
             f"samples ({total} bytes): {e}; try more varied records or a smaller size="
         ) from None

@@ -45,6 +45,7 @@ from ._schema import (
     check_item_shape,
     numpy_dtype,
 )
+from .errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -139,7 +140,7 @@ def _host_array(data: object, what: str) -> HostArray:
             else (_DL_CPU, 0)
         )
         if int(dev[0]) != _DL_CPU:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{what} lives on DLPack device {tuple(dev)}; transfer it to the host explicitly"
             )
         return np.from_dlpack(cast(SupportsDLPack, data))
@@ -216,7 +217,7 @@ def _positions(key: object, n: int) -> int | Positions:
             return np.empty(0, dtype=np.int64)
         raise TypeError(f"positions must be integers, got an array of {arr.dtype}")
     if arr.ndim != 1:
-        raise ValueError(f"positions must be one-dimensional, got shape {arr.shape}")
+        raise InvalidArgumentError(f"positions must be one-dimensional, got shape {arr.shape}")
     if arr.dtype != np.int64 and arr.dtype != np.uint64:
         arr = arr.astype(np.int64)
     return cast("Positions", np.ascontiguousarray(arr))  # int64 or uint64 by now
@@ -270,7 +271,7 @@ class _Reader(Generic[_BatchT]):
 
     def _store(self) -> _native.Store:
         if self._native is None:
-            raise ValueError(f"{self._path}: the store is closed")
+            raise InvalidArgumentError(f"{self._path}: the store is closed")
         return self._native
 
     def _native_allocator(self) -> _native.Placement:
@@ -394,7 +395,7 @@ class _Reader(Generic[_BatchT]):
         ZrecordError one whose header checksum differs, and binds it to a fresh
         allocator of the same configuration (none for a root reader)."""
         if self._native is None:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{self._path}: the reader is closed; a closed reader cannot be pickled "
                 "(unpickling would reopen a store this reader no longer reads)"
             )
@@ -477,7 +478,9 @@ class _Writer:
 
     def _check_open(self) -> None:
         if self._native.closed:
-            raise ValueError(f"{self._path}: the writer is closed; a closed writer cannot append")
+            raise InvalidArgumentError(
+                f"{self._path}: the writer is closed; a closed writer cannot append"
+            )
 
     def close(self) -> None:
         """Publishes the store atomically: it appears at ``path`` whole, or not at
@@ -556,14 +559,14 @@ class DenseWriter(_Writer):
         expected = (None, *self._item_shape)
         shape = tuple(arr.shape)
         if arr.dtype != self._dtype:
-            raise ValueError(f"expected dtype {self._dtype}, got {arr.dtype}")
+            raise InvalidArgumentError(f"expected dtype {self._dtype}, got {arr.dtype}")
         if len(shape) != len(expected) or shape[1:] != self._item_shape:
             want = "(n, " + ", ".join(map(str, self._item_shape)) + ")"
-            raise ValueError(f"expected shape {want.replace(', )', ')')}, got {shape}")
+            raise InvalidArgumentError(f"expected shape {want.replace(', )', ')')}, got {shape}")
         release = False
         if isinstance(arr, np.ndarray):
             if not arr.flags.c_contiguous:
-                raise ValueError(
+                raise InvalidArgumentError(
                     "expected a C-contiguous array, got a strided view; "
                     "pass np.ascontiguousarray(data) if a copy is intended"
                 )
@@ -655,27 +658,29 @@ class RaggedBatch:
         c = _host_array(cu_seqlens, "cu_seqlens")
         s = _host_array(shapes, "shapes")
         if len(v.shape) != 1:
-            raise ValueError(f"values must be one-dimensional, got shape {tuple(v.shape)}")
+            raise InvalidArgumentError(
+                f"values must be one-dimensional, got shape {tuple(v.shape)}"
+            )
         check_dtype(v.dtype)
         if c.dtype != np.int32 or len(c.shape) != 1:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"cu_seqlens must be a 1-D int32 array, got {c.dtype} of shape {tuple(c.shape)}"
             )
         if s.dtype != np.uint64 or len(s.shape) != 2:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"shapes must be a 2-D uint64 array (n, ndim), "
                 f"got {s.dtype} of shape {tuple(s.shape)}"
             )
         if s.shape[1] < 1:
-            raise ValueError("shapes must have ndim >= 1 columns")
+            raise InvalidArgumentError("shapes must have ndim >= 1 columns")
         if s.shape[0] + 1 != c.shape[0]:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"cu_seqlens holds {c.shape[0]} offsets but shapes describes {s.shape[0]} records; "
                 "it needs n + 1"
             )
         for name, a in (("values", v), ("cu_seqlens", c), ("shapes", s)):
             if isinstance(a, np.ndarray) and not a.flags.c_contiguous:
-                raise ValueError(f"{name} must be C-contiguous")
+                raise InvalidArgumentError(f"{name} must be C-contiguous")
         _native.check_ragged(v, c, s, v.dtype.itemsize, s.shape[1])
         self.values, self.cu_seqlens, self.shapes = (
             _as_dltensor(v),
@@ -705,23 +710,25 @@ class RaggedBatch:
                 raise TypeError(f"record {i} is a {type(r).__name__}, expected a NumPy array")
             arrays.append(r)
         if not arrays:
-            raise ValueError(
+            raise InvalidArgumentError(
                 "from_records needs at least one record to know the dtype and ndim; "
                 "build an empty batch with RaggedBatch(values, cu_seqlens, shapes)"
             )
         dt, nd = arrays[0].dtype, arrays[0].ndim
         if nd == 0:
-            raise ValueError("record 0 is 0-dimensional; Ragged records need ndim >= 1")
+            raise InvalidArgumentError("record 0 is 0-dimensional; Ragged records need ndim >= 1")
         for i, r in enumerate(arrays):
             if r.dtype != dt:
-                raise ValueError(f"record {i} has dtype {r.dtype}, record 0 has {dt}")
+                raise InvalidArgumentError(f"record {i} has dtype {r.dtype}, record 0 has {dt}")
             if r.ndim != nd:
-                raise ValueError(f"record {i} has ndim {r.ndim}, record 0 has {nd}")
+                raise InvalidArgumentError(f"record {i} has ndim {r.ndim}, record 0 has {nd}")
         check_dtype(dt)
         sizes = np.fromiter((r.size for r in arrays), dtype=np.int64, count=len(arrays))
         total = int(sizes.sum())
         if total > np.iinfo(np.int32).max:
-            raise ValueError(f"{total} elements overflow int32 cu_seqlens; split the records")
+            raise InvalidArgumentError(
+                f"{total} elements overflow int32 cu_seqlens; split the records"
+            )
         cu = np.zeros(len(arrays) + 1, dtype=np.int32)
         np.cumsum(sizes, out=cu[1:])
         values = np.empty(total, dtype=dt)
@@ -742,7 +749,7 @@ class RaggedBatch:
 
         if isinstance(array, pa.ChunkedArray):
             if array.num_chunks != 1:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"from_arrow takes one chunk, got {array.num_chunks}; "
                     "call combine_chunks() first"
                 )
@@ -753,14 +760,14 @@ class RaggedBatch:
                 f"got {type(array).__name__}"
             )
         if array.null_count:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"the list array holds {array.null_count} nulls; records cannot be null"
             )
         # flatten() respects slicing, unlike .values; pyarrow's stubs leave the type
         # of its elements open.
         flat = cast("pa.Array[Any]", array.flatten())  # pyright: ignore[reportUnknownMemberType]
         if flat.null_count:
-            raise ValueError(f"the list values hold {flat.null_count} nulls")
+            raise InvalidArgumentError(f"the list values hold {flat.null_count} nulls")
         if not pa.types.is_primitive(flat.type) or pa.types.is_boolean(flat.type):
             raise TypeError(f"list values must be a fixed-width numeric type, got {flat.type}")
         values = flat.to_numpy(zero_copy_only=True)
@@ -768,7 +775,9 @@ class RaggedBatch:
         lengths = np.diff(offsets).astype(np.uint64)
         rebased = offsets - offsets[0]
         if rebased[-1] > np.iinfo(np.int32).max:
-            raise ValueError(f"{rebased[-1]} elements overflow int32 cu_seqlens; slice the array")
+            raise InvalidArgumentError(
+                f"{rebased[-1]} elements overflow int32 cu_seqlens; slice the array"
+            )
         cu = rebased if rebased.dtype == np.int32 else rebased.astype(np.int32)
         return cls(values, np.ascontiguousarray(cu), lengths.reshape(-1, 1))
 
@@ -834,9 +843,11 @@ class RaggedWriter(_Writer):
                 "use RaggedBatch.from_records(records) to pack record arrays"
             )
         if batch.dtype != self._dtype:
-            raise ValueError(f"expected dtype {self._dtype}, got {batch.dtype}")
+            raise InvalidArgumentError(f"expected dtype {self._dtype}, got {batch.dtype}")
         if batch.ndim != self._ndim:
-            raise ValueError(f"expected records of ndim {self._ndim}, got ndim {batch.ndim}")
+            raise InvalidArgumentError(
+                f"expected records of ndim {self._ndim}, got ndim {batch.ndim}"
+            )
         self._native.append_ragged(
             batch.values,
             batch.cu_seqlens,

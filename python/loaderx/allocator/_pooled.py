@@ -6,6 +6,7 @@ from typing import NamedTuple
 
 from .. import _native
 from .._schema import check_int
+from ..errors import InvalidArgumentError
 from . import Allocation
 from . import Allocator as _Base
 
@@ -57,7 +58,7 @@ class PooledAllocator(_Base):
 
     def allocate(self, nbytes: int) -> PooledAllocation:
         if self.closed:
-            raise ValueError("the allocator is closed")
+            raise InvalidArgumentError("the allocator is closed")
         return PooledAllocation(self._pool.allocate(check_int(nbytes, "nbytes", 0)))
 
     @property
@@ -69,7 +70,9 @@ class PooledAllocator(_Base):
         # A pickle names a pool to create in the receiving process; a closed one
         # names nothing that could still be used.
         if self.closed:
-            raise ValueError("the allocator is closed; a closed allocator cannot be pickled")
+            raise InvalidArgumentError(
+                "the allocator is closed; a closed allocator cannot be pickled"
+            )
 
     def stats(self) -> Stats:
         return Stats(*self._pool.stats())
@@ -89,7 +92,7 @@ class PooledAllocator(_Base):
     @property
     def _native(self) -> _native.Placement:
         if self.closed:
-            raise ValueError("the allocator is closed")
+            raise InvalidArgumentError("the allocator is closed")
         return self._pool
 
     def __repr__(self) -> str:

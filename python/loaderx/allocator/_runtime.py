@@ -16,6 +16,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import DeviceError
+
 
 @dataclass(frozen=True)
 class RuntimeSpec:
@@ -125,7 +127,7 @@ def find(spec: RuntimeSpec) -> str:
     override = os.environ.get(spec.override)
     if override:
         if not os.path.isfile(override):
-            raise RuntimeError(f"{spec.override}={override!r} is not a file")
+            raise DeviceError(f"{spec.override}={override!r} is not a file")
         return override
     looked.append(spec.override)
     for var in spec.homes:
@@ -138,7 +140,7 @@ def find(spec: RuntimeSpec) -> str:
         looked.append(var)
     owned = _package_owned(spec)
     if len(owned) > 1:
-        raise RuntimeError(
+        raise DeviceError(
             f"several installed packages ship a {spec.name} runtime: {', '.join(owned)}; "
             f"set {spec.override} to the one to use"
         )
@@ -154,7 +156,7 @@ def find(spec: RuntimeSpec) -> str:
     if name:
         return name
     looked.append(f"the system loader ({', '.join(spec.sonames)})")
-    raise RuntimeError(
+    raise DeviceError(
         f"no {spec.name} runtime found; looked in {'; '.join(looked)}. "
         f"Set {spec.override} to the library's path."
     )
