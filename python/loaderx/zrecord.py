@@ -20,6 +20,7 @@ import numbers
 import operator
 import os
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import (
     TYPE_CHECKING,
@@ -223,7 +224,7 @@ def _positions(key: object, n: int) -> int | Positions:
     return cast("Positions", np.ascontiguousarray(arr))  # int64 or uint64 by now
 
 
-class _Reader(Generic[_BatchT]):
+class _Reader(ABC, Generic[_BatchT]):
     """What Dense and Ragged readers share: lifetime, metadata and index dispatch."""
 
     _kind = ""
@@ -354,11 +355,11 @@ class _Reader(Generic[_BatchT]):
             return self._one(store, pos)
         return self._many(store, pos)
 
-    def _one(self, store: _native.Store, pos: int) -> _BatchT:
-        raise NotImplementedError
+    @abstractmethod
+    def _one(self, store: _native.Store, pos: int) -> _BatchT: ...
 
-    def _many(self, store: _native.Store, pos: Positions) -> _BatchT:
-        raise NotImplementedError
+    @abstractmethod
+    def _many(self, store: _native.Store, pos: Positions) -> _BatchT: ...
 
     def verify(self) -> None:
         """Reads every record and checks it against its checksum; raises
