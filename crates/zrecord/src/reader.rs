@@ -136,7 +136,11 @@ pub struct Store {
 /// [`Plan::output_len`] only after every record was found sound.
 pub struct Plan<'a> {
     ids: &'a [u64],
+    /// Resolved entries; empty for raw Dense, whose parts resolve and check
+    /// their own entries while they copy, on every thread.
     entries: Vec<Entry>,
+    /// The one logical size of every record of a raw Dense plan.
+    uniform: Option<usize>,
     /// Logical bytes of each record.
     sizes: Vec<usize>,
     layout: Option<RaggedLayout>,
@@ -144,6 +148,12 @@ pub struct Plan<'a> {
 }
 
 impl Plan<'_> {
+    /// Logical bytes of planned record `k`.
+    #[inline]
+    fn size(&self, k: usize) -> usize {
+        self.uniform.unwrap_or_else(|| self.sizes[k])
+    }
+
     /// Bytes of output the gather fills.
     pub fn output_len(&self) -> usize {
         self.output_len
@@ -346,6 +356,15 @@ impl Store {
             Kind::Dense => header.schema.record_bytes(),
             Kind::Ragged => None,
         };
+        if let (Some(rb), Codec::Raw) = (dense_bytes, header.schema.codec) {
+            let largest = header.shard_sizes.iter().copied().max().unwrap_or(0);
+            if header.record_count > 0 && rb > largest {
+                return Err(Error::corrupt(
+                    path,
+                    format!("raw records of {rb} bytes cannot fit in any data file"),
+                ));
+            }
+        }
         Ok(Store {
             dense_bytes,
             path: path.to_path_buf(),
@@ -540,6 +559,22 @@ impl Store {
     /// header, so a damaged frame is refused before any output is allocated.
     pub fn plan<'a>(&self, idx: &'a [u64]) -> Result<Plan<'a>> {
         self.check_positions(idx)?;
+        if let (Some(rb), false) = (self.dense_bytes, self.decodes()) {
+            // Open checked that a record of this size fits in a data file, so the
+            // output is backed by data; the entries are checked as they are read.
+            let output_len = (idx.len() as u64)
+                .checked_mul(rb)
+                .and_then(|n| usize::try_from(n).ok())
+                .ok_or_else(|| too_large(idx.len()))?;
+            return Ok(Plan {
+                ids: idx,
+                entries: Vec::new(),
+                uniform: Some(rb as usize),
+                sizes: Vec::new(),
+                layout: None,
+                output_len,
+            });
+        }
         let mut entries = Vec::with_capacity(idx.len());
         let mut sizes = Vec::with_capacity(idx.len());
         let mut total: u64 = 0;
@@ -572,6 +607,7 @@ impl Store {
         Ok(Plan {
             ids: idx,
             entries,
+            uniform: None,
             sizes,
             layout,
             output_len,
@@ -627,7 +663,7 @@ impl Store {
         while start < n {
             let (mut end, mut bytes) = (start, 0);
             while end < n && (end == start || bytes < target) {
-                bytes += plan.sizes[end];
+                bytes += plan.size(end);
                 end += 1;
             }
             let (dst, tail) = std::mem::take(&mut rest).split_at_mut(bytes);
@@ -636,10 +672,17 @@ impl Store {
             start = end;
         }
         run_parts(par, tasks, |(range, dst)| {
+            let resolved;
+            let entries = if plan.entries.is_empty() {
+                resolved = self.resolve(&plan.ids[range.clone()])?;
+                &resolved[..]
+            } else {
+                &plan.entries[range.clone()]
+            };
             let mut rest = dst;
             let mut session = self.decoder.session();
-            for k in range.clone() {
-                if let Some(e) = plan.entries.get(k + PREFETCH_AHEAD) {
+            for (j, k) in range.enumerate() {
+                if let Some(e) = entries.get(j + PREFETCH_AHEAD) {
                     if !self.is_direct(e.stored_len as usize) {
                         let head = self.stored(e);
                         for line in (0..head.len().min(PREFETCH_HEAD_BYTES)).step_by(64) {
@@ -647,12 +690,28 @@ impl Store {
                         }
                     }
                 }
-                let (slot, tail) = std::mem::take(&mut rest).split_at_mut(plan.sizes[k]);
+                let (slot, tail) = std::mem::take(&mut rest).split_at_mut(plan.size(k));
                 rest = tail;
-                self.decode_entry(&mut session, plan.ids[k], &plan.entries[k], slot)?;
+                self.decode_entry(&mut session, plan.ids[k], &entries[j], slot)?;
             }
             Ok(())
         })
+    }
+
+    /// The checked entries of `ids`, with the index entries a few positions ahead
+    /// prefetched.
+    fn resolve(&self, ids: &[u64]) -> Result<Vec<Entry>> {
+        let mut entries = Vec::with_capacity(ids.len());
+        for (k, &p) in ids.iter().enumerate() {
+            if let Some(&q) = ids.get(k + PREFETCH_AHEAD) {
+                let at = q as usize * self.entry_size;
+                if let Some(b) = self.index.as_deref().and_then(|x| x.get(at..)) {
+                    prefetch(b.as_ptr());
+                }
+            }
+            entries.push(self.checked_entry(p)?.0);
+        }
+        Ok(entries)
     }
 
     #[inline]
