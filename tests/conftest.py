@@ -27,3 +27,46 @@ def fake_runtime(tmp_path_factory):
 def host(t):
     """A NumPy view of a DLTensor (shares memory)."""
     return np.from_dlpack(t)
+
+
+# Servers for the remote-store tests (tests/remote_servers.py), all on 127.0.0.1.
+
+
+@pytest.fixture
+def range_server(tmp_path):
+    """An HTTP server with byte ranges serving tmp_path (a store written to
+    tmp_path / "s" is at range_server.url + "/s")."""
+    from remote_servers import RangeServer
+
+    with RangeServer(tmp_path) as server:
+        yield server
+
+
+@pytest.fixture
+def fault_proxy(range_server):
+    """A FaultProxy in front of range_server, with no latency or faults set."""
+    from remote_servers import FaultProxy
+
+    with FaultProxy(range_server.url) as proxy:
+        yield proxy
+
+
+@pytest.fixture(scope="session")
+def moto_s3():
+    """moto's S3 server in a child process, started once per session (about 3 s)."""
+    pytest.importorskip("moto", reason="moto[server] (the test extra) runs the S3 server")
+    from remote_servers import MotoS3
+
+    with MotoS3() as server:
+        yield server
+
+
+@pytest.fixture
+def s3_bucket(moto_s3, request):
+    """A new, empty bucket on moto_s3 for this test."""
+    import re
+
+    name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
+    name = f"t{len(moto_s3.buckets)}-{name}"
+    moto_s3.create_bucket(name)
+    return name

@@ -1,0 +1,676 @@
+"""Real servers on 127.0.0.1 for the remote-store tests and the remote benchmark.
+
+- ``RangeServer``: serves a directory over HTTP/1.1 with byte ranges, ETags and
+  Last-Modified, counting requests per path.
+- ``FaultProxy``: forwards to an upstream server, adding latency, a slow body, or
+  faults (error statuses, truncated bodies, connection resets) to the next requests.
+- ``MotoS3``: moto's S3-compatible server in a child process, with bucket creation
+  and upload helpers and the storage options object_store's S3 store needs for it.
+
+Only the standard library besides moto. The module is also a script, so that a
+benchmark can run the servers in processes of their own (away from the measured
+process's GIL); each prints one JSON line with its URL and stops when its standard
+input closes::
+
+    python tests/remote_servers.py serve DIR
+    python tests/remote_servers.py proxy http://127.0.0.1:PORT --latency-ms 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import email.utils
+import http.client
+import json
+import os
+import posixpath
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections import Counter, deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+HOST = "127.0.0.1"
+
+# object_store's HTTP store refuses plain http:// without this option.
+HTTP_STORAGE_OPTIONS = {"allow_http": "true"}
+
+# Headers that belong to one connection, not to the message (RFC 9110 section 7.6.1).
+_HOP_BY_HOP = frozenset(
+    [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    ]
+)
+
+_CHUNK = 1 << 20
+
+
+def free_port() -> int:
+    """A port no socket on 127.0.0.1 holds now (the caller binds it soon after)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((HOST, port), timeout=0.5).close()
+            return
+        except OSError:
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"server process exited with status {proc.returncode}") from None
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nothing listens on {HOST}:{port} after {timeout} s") from None
+            time.sleep(0.05)
+
+
+class _Server(ThreadingHTTPServer):
+    """A threaded server that remembers its open connections, so that stop() can
+    cut them (as a crashing server would) and a handler can end one with a reset."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, port: int, handler: type[BaseHTTPRequestHandler], owner: _Base) -> None:
+        self.owner = owner
+        self._open: set[socket.socket] = set()
+        self._reset: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        super().__init__((HOST, port), handler)
+
+    def finish_request(self, request, client_address) -> None:  # type: ignore[override]
+        # Headers and body go out in separate writes: without this, Nagle's algorithm
+        # holds the body back until the client's delayed ACK, some 40 ms later.
+        request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self._lock:
+            self._open.add(request)
+        try:
+            super().finish_request(request, client_address)
+        finally:
+            with self._lock:
+                self._open.discard(request)
+
+    def mark_reset(self, request: socket.socket) -> None:
+        with self._lock:
+            self._reset.add(request)
+
+    def shutdown_request(self, request) -> None:  # type: ignore[override]
+        with self._lock:
+            reset = request in self._reset
+            self._reset.discard(request)
+        if reset:
+            # A zero linger time makes close() send RST instead of FIN.
+            request.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            request.close()
+        else:
+            super().shutdown_request(request)
+
+    def cut_connections(self) -> None:
+        with self._lock:
+            conns = list(self._open)
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+class _Base:
+    """Start, stop and restart on one port, plus the per-path request count."""
+
+    handler: type[BaseHTTPRequestHandler]
+
+    def __init__(self, port: int = 0) -> None:
+        self.port = port
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._counts: Counter[str] = Counter()
+        self._log: list[tuple[str, str, str | None]] = []
+        self._count_lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def start(self) -> None:
+        if self._server is not None:
+            raise RuntimeError("already running")
+        self._server = _Server(self.port, self.handler, self)
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stops listening and cuts every open connection."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.shutdown()
+        server.server_close()
+        server.cut_connections()
+        assert self._thread is not None
+        self._thread.join()
+
+    def restart(self, down_for: float = 0.0) -> None:
+        self.stop()
+        time.sleep(down_for)
+        self.start()
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def record(self, method: str, path: str, range_header: str | None) -> None:
+        with self._count_lock:
+            self._counts[path] += 1
+            self._log.append((method, path, range_header))
+
+    def requests(self, path: str | None = None) -> int:
+        """Requests received for ``path`` (URL path, e.g. ``/store/meta.json``), or in all."""
+        with self._count_lock:
+            return self._counts[path] if path is not None else sum(self._counts.values())
+
+    def log(self) -> list[tuple[str, str, str | None]]:
+        """(method, path, Range header) of every request, in arrival order."""
+        with self._count_lock:
+            return list(self._log)
+
+    def reset_counts(self) -> None:
+        with self._count_lock:
+            self._counts.clear()
+            self._log.clear()
+
+
+def parse_range(value: str, size: int) -> tuple[int, int] | None | str:
+    """The inclusive byte range ``value`` asks of a ``size``-byte file; None when the
+    header is to be ignored (malformed, or several ranges: the whole file is sent),
+    "unsatisfiable" when no byte of the file is in it."""
+    unit, _, spec = value.partition("=")
+    if unit.strip().lower() != "bytes" or "," in spec:
+        return None
+    first, dash, last = spec.strip().partition("-")
+    if not dash:
+        return None
+    try:
+        if first == "":
+            n = int(last)
+            if n < 0:
+                return None
+            if n == 0 or size == 0:
+                return "unsatisfiable"
+            return max(size - n, 0), size - 1
+        a = int(first)
+        b = int(last) if last != "" else size - 1
+    except ValueError:
+        return None
+    if a < 0 or (last != "" and b < a):
+        return None
+    if a >= size:
+        return "unsatisfiable"
+    return a, min(b, size - 1)
+
+
+def _etag_matches(header: str, etag: str) -> bool:
+    tags = [t.strip() for t in header.split(",")]
+    return "*" in tags or etag in tags or f"W/{etag}" in tags
+
+
+class _FileHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    # Idle keep-alive connections end after this long, so no handler thread waits forever.
+    timeout = 60
+    server: _Server
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self._serve(body=True)
+
+    def do_HEAD(self) -> None:
+        self._serve(body=False)
+
+    def _reply_empty(self, status: int, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def _serve(self, body: bool) -> None:
+        owner = self.server.owner
+        assert isinstance(owner, RangeServer)
+        path = urllib.parse.urlsplit(self.path).path
+        owner.record(self.command, path, self.headers.get("Range"))
+        file = owner.resolve(path)
+        if file is None:
+            self._reply_empty(404)
+            return
+        st = file.stat()
+        size = st.st_size
+        etag = f'"{st.st_mtime_ns:x}-{size:x}"'
+        headers = {
+            "ETag": etag,
+            "Last-Modified": email.utils.formatdate(st.st_mtime, usegmt=True),
+            "Accept-Ranges": "bytes",
+            "Content-Type": "application/octet-stream",
+        }
+        if_match = self.headers.get("If-Match")
+        if if_match is not None and not _etag_matches(if_match, etag):
+            self._reply_empty(412, headers)
+            return
+        if_none_match = self.headers.get("If-None-Match")
+        if if_none_match is not None and _etag_matches(if_none_match, etag):
+            self._reply_empty(304, headers)
+            return
+        status, start, end = 200, 0, size
+        range_header = self.headers.get("Range")
+        if range_header is not None:
+            r = parse_range(range_header, size)
+            if r == "unsatisfiable":
+                self._reply_empty(416, {**headers, "Content-Range": f"bytes */{size}"})
+                return
+            if isinstance(r, tuple):
+                status, start, end = 206, r[0], r[1] + 1
+                headers["Content-Range"] = f"bytes {r[0]}-{r[1]}/{size}"
+        self.send_response(status)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(end - start))
+        self.end_headers()
+        if not body:
+            return
+        with open(file, "rb") as f:
+            pos = start
+            while pos < end:
+                data = os.pread(f.fileno(), min(_CHUNK, end - pos), pos)
+                if not data:
+                    # The file shrank under us: the reply cannot be completed.
+                    self.close_connection = True
+                    return
+                self.wfile.write(data)
+                pos += len(data)
+
+
+class RangeServer(_Base):
+    """Serves the files under ``root`` read-only: GET and HEAD, single byte ranges
+    (206 with Content-Range, 416 when unsatisfiable), If-Match / If-None-Match on an
+    ETag made of the file's modification time and size. Directories and paths
+    outside ``root`` are 404."""
+
+    handler = _FileHandler
+
+    def __init__(self, root: str | os.PathLike[str], port: int = 0) -> None:
+        super().__init__(port)
+        self.root = Path(root).resolve()
+
+    def resolve(self, url_path: str) -> Path | None:
+        rel = posixpath.normpath(urllib.parse.unquote(url_path)).lstrip("/")
+        if rel in ("", ".") or rel.startswith("../") or rel == "..":
+            return None
+        p = (self.root / rel).resolve()
+        if not p.is_relative_to(self.root) or not p.is_file():
+            return None
+        return p
+
+
+class _ProxyHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = 60
+    server: _Server
+    _upstream: http.client.HTTPConnection | None = None
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self._forward()
+
+    do_HEAD = do_PUT = do_POST = do_DELETE = do_PROPFIND = do_GET
+
+    def finish(self) -> None:
+        if self._upstream is not None:
+            self._upstream.close()
+        super().finish()
+
+    def _read_body(self) -> bytes | None:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            parts: list[bytes] = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip(), 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return b"".join(parts)
+                parts.append(self.rfile.read(size))
+                self.rfile.readline()
+        length = self.headers.get("Content-Length")
+        return self.rfile.read(int(length)) if length is not None else None
+
+    def _send_upstream(self, body: bytes | None) -> http.client.HTTPResponse:
+        owner = self.server.owner
+        assert isinstance(owner, FaultProxy)
+        # A kept-alive upstream connection may have been closed by the upstream
+        # (idle timeout, restart) since its last use: one retry on a fresh one.
+        for attempt in (0, 1):
+            if self._upstream is None:
+                self._upstream = http.client.HTTPConnection(HOST, owner.upstream_port, timeout=60)
+            reused = self._upstream.sock is not None
+            try:
+                self._upstream.putrequest(
+                    self.command, self.path, skip_host=True, skip_accept_encoding=True
+                )
+                for k, v in self.headers.items():
+                    if k.lower() not in _HOP_BY_HOP and k.lower() != "content-length":
+                        self._upstream.putheader(k, v)
+                if body is not None:
+                    self._upstream.putheader("Content-Length", str(len(body)))
+                self._upstream.endheaders(body)
+                return self._upstream.getresponse()
+            except (ConnectionError, http.client.RemoteDisconnected, BrokenPipeError):
+                self._upstream.close()
+                self._upstream = None
+                if attempt == 1 or not reused:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _forward(self) -> None:
+        owner = self.server.owner
+        assert isinstance(owner, FaultProxy)
+        owner.record(self.command, urllib.parse.urlsplit(self.path).path, self.headers.get("Range"))
+        body = self._read_body()
+        fault = owner.take_fault()
+        if owner.latency_ms > 0:
+            time.sleep(owner.latency_ms / 1000)
+        if fault is not None and fault[0] == "reset":
+            self.server.mark_reset(self.connection)
+            self.close_connection = True
+            return
+        if fault is not None and fault[0] == "status":
+            msg = b"fault injected by the test proxy\n"
+            self.send_response(fault[1])
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(msg)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(msg)
+            return
+        try:
+            resp = self._send_upstream(body)
+        except (OSError, http.client.HTTPException):
+            msg = b"upstream unreachable\n"
+            self.send_response(502)
+            self.send_header("Content-Length", str(len(msg)))
+            self.end_headers()
+            self.wfile.write(msg)
+            return
+        length_header = resp.getheader("Content-Length")
+        no_body = self.command == "HEAD" or resp.status in (204, 304) or resp.status < 200
+        if no_body:
+            data = None
+            resp.read()
+        elif length_header is None:
+            # Chunked or close-delimited upstream body: buffered to give it a length.
+            data = resp.read()
+            length_header = str(len(data))
+        else:
+            data = None
+        self.send_response(resp.status, resp.reason)
+        for k, v in resp.getheaders():
+            if k.lower() not in _HOP_BY_HOP and k.lower() not in (
+                "content-length",
+                "date",
+                "server",
+            ):
+                self.send_header(k, v)
+        if length_header is not None:
+            self.send_header("Content-Length", length_header)
+        self.end_headers()
+        if no_body:
+            if resp.will_close:
+                self._upstream.close()  # type: ignore[union-attr]
+                self._upstream = None
+            return
+        total = int(length_header) if length_header is not None else 0
+        limit = total // 2 if fault is not None and fault[0] == "truncate" else total
+        sent = 0
+        rate = owner.body_bytes_per_s
+        # Paced in pieces of 1/50 s each, so that a slow body trickles in.
+        step = _CHUNK if rate is None else max(1024, int(rate / 50))
+        started = time.monotonic()
+        while sent < limit:
+            n = min(limit - sent, step)
+            if rate is not None:
+                due = (sent + n) / rate - (time.monotonic() - started)
+                if due > 0:
+                    time.sleep(due)
+            if data is not None:
+                piece = data[sent : sent + n]
+            else:
+                piece = resp.read(n)
+                if not piece:
+                    break
+            self.wfile.write(piece)
+            sent += len(piece)
+        if sent < total:
+            # A short body: the client must see the connection end mid-message.
+            self.close_connection = True
+            self._upstream.close()  # type: ignore[union-attr]
+            self._upstream = None
+            return
+        # Marks the upstream response finished, so the connection can carry the next.
+        resp.read()
+        if resp.will_close:
+            self._upstream.close()  # type: ignore[union-attr]
+            self._upstream = None
+
+
+class FaultProxy(_Base):
+    """An HTTP proxy in front of ``upstream`` (a base URL on 127.0.0.1) that passes
+    requests through unchanged (the Host header too, so S3 signatures stay valid)
+    and, as configured:
+
+    - ``latency_ms``: sleeps this long before forwarding every request;
+    - ``body_bytes_per_s``: sends response bodies no faster than this;
+    - ``fail_next(n, status)``: answers the next n requests itself with ``status``;
+    - ``truncate_next(n)``: sends the next n replies' full headers but only half of
+      the body, then closes the connection;
+    - ``reset_next(n)``: ends the next n requests' connections with a TCP reset,
+      sending nothing.
+
+    Faults queue in the order they were asked for, one per request. When the
+    upstream is down, requests get 502.
+    """
+
+    handler = _ProxyHandler
+
+    def __init__(
+        self,
+        upstream: str,
+        port: int = 0,
+        latency_ms: float = 0.0,
+        body_bytes_per_s: float | None = None,
+    ) -> None:
+        super().__init__(port)
+        parts = urllib.parse.urlsplit(upstream)
+        if parts.hostname != HOST or parts.port is None:
+            raise ValueError(f"upstream must be http://{HOST}:PORT, not {upstream!r}")
+        self.upstream_port = parts.port
+        self.latency_ms = latency_ms
+        self.body_bytes_per_s = body_bytes_per_s
+        self._faults: deque[tuple[str, int]] = deque()
+        self._fault_lock = threading.Lock()
+
+    def _queue(self, kind: str, n: int, status: int = 0) -> None:
+        with self._fault_lock:
+            self._faults.extend([(kind, status)] * n)
+
+    def fail_next(self, n: int, status: int = 503) -> None:
+        self._queue("status", n, status)
+
+    def truncate_next(self, n: int) -> None:
+        self._queue("truncate", n)
+
+    def reset_next(self, n: int) -> None:
+        self._queue("reset", n)
+
+    def pending_faults(self) -> int:
+        with self._fault_lock:
+            return len(self._faults)
+
+    def clear_faults(self) -> None:
+        with self._fault_lock:
+            self._faults.clear()
+
+    def take_fault(self) -> tuple[str, int] | None:
+        with self._fault_lock:
+            return self._faults.popleft() if self._faults else None
+
+
+class MotoS3:
+    """moto's S3-compatible server in a child process on a free port of 127.0.0.1.
+
+    Its contents live in that process: restart() empties it."""
+
+    REGION = "us-east-1"
+
+    def __init__(self, port: int = 0) -> None:
+        self.port = port or free_port()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.buckets: list[str] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> None:
+        if self._proc is not None:
+            raise RuntimeError("already running")
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(self.port)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            wait_for_port(self.port, timeout, self._proc)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def storage_options(self, endpoint: str | None = None) -> dict[str, str]:
+        """What object_store's S3 store needs to reach this server, or ``endpoint``
+        (a FaultProxy in front of it): path-style requests over plain HTTP, signed
+        with dummy credentials that moto accepts."""
+        return {
+            "aws_endpoint": endpoint or self.url,
+            "aws_allow_http": "true",
+            "aws_region": self.REGION,
+            "aws_access_key_id": "testing",
+            "aws_secret_access_key": "testing",
+            "aws_virtual_hosted_style_request": "false",
+        }
+
+    def _put(self, path: str, data: bytes) -> None:
+        # moto accepts unsigned writes, so uploads need no S3 client library.
+        req = urllib.request.Request(
+            self.url + urllib.parse.quote(path),
+            data=data,
+            method="PUT",
+            # urllib would label it a form, which moto would parse instead of storing.
+            headers={"Content-Type": "application/octet-stream"},
+        )
+        with urllib.request.urlopen(req, timeout=60) as r:
+            r.read()
+
+    def create_bucket(self, bucket: str) -> None:
+        self._put(f"/{bucket}", b"")
+        self.buckets.append(bucket)
+
+    def put_object(self, bucket: str, key: str, data: bytes) -> None:
+        self._put(f"/{bucket}/{key}", data)
+
+    def upload_dir(self, local: str | os.PathLike[str], bucket: str, prefix: str) -> list[str]:
+        """Uploads every file under ``local`` to ``bucket`` as ``prefix/<relative path>``;
+        returns the keys. The store is then at ``s3://bucket/prefix``."""
+        root = Path(local)
+        keys: list[str] = []
+        for p in sorted(root.rglob("*")):
+            if p.is_file():
+                key = f"{prefix.strip('/')}/{p.relative_to(root).as_posix()}".lstrip("/")
+                self.put_object(bucket, key, p.read_bytes())
+                keys.append(key)
+        return keys
+
+
+def _main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(
+        description="Servers on 127.0.0.1 for the remote-store tests and benchmark."
+    )
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve", help="serve a directory with byte ranges")
+    s.add_argument("root")
+    p = sub.add_parser("proxy", help="a delaying proxy in front of an upstream URL")
+    p.add_argument("upstream")
+    p.add_argument("--latency-ms", type=float, default=0.0)
+    p.add_argument("--body-bytes-per-s", type=float, default=None)
+    args = ap.parse_args(argv)
+    if args.cmd == "serve":
+        server: _Base = RangeServer(args.root)
+    else:
+        server = FaultProxy(
+            args.upstream, latency_ms=args.latency_ms, body_bytes_per_s=args.body_bytes_per_s
+        )
+    with server:
+        print(json.dumps({"url": server.url}), flush=True)
+        # Until the parent closes our standard input (or dies).
+        sys.stdin.buffer.read()
+        print(json.dumps({"requests": server.requests()}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
