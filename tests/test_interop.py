@@ -14,7 +14,7 @@ from conftest import host
 from loaderx import _native
 from loaderx._schema import check_dtype
 from loaderx.allocator import _runtime, cuda
-from loaderx.errors import OutOfRangeError
+from loaderx.errors import InvalidArgumentError, OutOfRangeError
 from loaderx.zrecord import Dense, DLTensor, Ragged, RaggedBatch
 
 
@@ -136,19 +136,112 @@ def test_ragged_ml_dtypes_round_trip_exact_bits(tmp_path, ml_dtypes, name):
         assert [g.tobytes() for g in got] == [records[3].tobytes(), records[2].tobytes()]
 
 
-def test_numpy_dlpack_import_of_ml_dtypes(tmp_path, ml_dtypes):
-    data = np.array([[1.5, -2.0], [0.25, 3.0]], dtype=ml_dtypes.bfloat16)
-    with Dense.create(tmp_path / "s", data.dtype, (2,), codec="raw") as w:
-        w.append(data)
+@pytest.mark.parametrize("name", ML_DTYPES)
+def test_jax_ml_dtype_arrays_append_without_conversion(tmp_path, ml_dtypes, name):
+    jnp = pytest.importorskip("jax.numpy")
+    dt = np.dtype(getattr(ml_dtypes, name))
+    data = every_bit_pattern(dt, (64, 4))
+    with Dense.create(tmp_path / "s", dt, (4,), codec="raw") as w:
+        w.append(jnp.asarray(data))
     with Dense.open(tmp_path / "s") as ds:
-        try:
-            got = np.from_dlpack(ds[:])
-        except (RuntimeError, BufferError) as e:
-            # NumPy's DLPack import knows only its own types; np.asarray(t) is the
-            # way to an ml_dtypes array there (the tests above).
-            pytest.skip(f"NumPy {np.__version__} does not import bfloat16 over DLPack: {e}")
-        assert got.dtype == data.dtype
+        got = np.asarray(ds[:])
+        assert got.dtype == dt
         assert got.tobytes() == data.tobytes()
+
+
+@pytest.mark.parametrize("name", [n for n, v in ML_DTYPES.items() if v[3] is not None])
+def test_torch_ml_dtype_tensors_append_without_conversion(tmp_path, ml_dtypes, name):
+    torch = pytest.importorskip("torch")
+    dt = np.dtype(getattr(ml_dtypes, name))
+    data = every_bit_pattern(dt, (64, 4))
+    raw = torch.from_numpy(data.view(np.uint8 if dt.itemsize == 1 else np.int16).copy())
+    tensor = raw.view(getattr(torch, ML_DTYPES[name][3]))
+    with Ragged.create(tmp_path / "r", dt, ndim=1, codec="zstd") as w:
+        w.append(
+            RaggedBatch(
+                tensor.reshape(-1),
+                torch.tensor([0, 256], dtype=torch.int32),
+                torch.tensor([[256]], dtype=torch.uint64),
+            )
+        )
+    with Dense.create(tmp_path / "s", dt, (4,), codec="raw") as w:
+        w.append(tensor)
+    with Dense.open(tmp_path / "s") as ds, Ragged.open(tmp_path / "r") as rs:
+        assert np.asarray(ds[:]).tobytes() == data.tobytes()
+        assert np.asarray(rs[0].to_tensors()[0]).tobytes() == data.tobytes()
+
+
+def test_a_strided_dlpack_producer_is_refused_not_copied(tmp_path):
+    class Producer:  # any framework's strided view, by protocol only
+        def __init__(self, a):
+            self.a = a
+
+        def __dlpack__(self, **kw):
+            return self.a.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return self.a.__dlpack_device__()
+
+    base = np.arange(12, dtype=np.float32).reshape(3, 4)
+    with Dense.create(tmp_path / "s", "float32", (2,), codec="raw") as w:
+        with pytest.raises(InvalidArgumentError, match=r"data: the tensor is strided"):
+            w.append(Producer(base[:, ::2]))
+        w.append(Producer(base[1:, :2].copy()))
+        w.append(Producer(base[2:, 2:]))  # a contiguous row with a byte offset
+    with Dense.open(tmp_path / "s") as ds:
+        assert np.asarray(ds[:]).tolist() == [[4.0, 5.0], [8.0, 9.0], [10.0, 11.0]]
+
+
+def test_an_imported_dlpack_array_is_released_exactly_once(tmp_path):
+    data = np.arange(8, dtype=np.int64)
+    before = sys.getrefcount(data)
+    t = DLTensor._from_dlpack(data)
+    assert sys.getrefcount(data) == before + 1  # NumPy's capsule holds the array
+    view = np.asarray(t)
+    del t
+    assert view.tolist() == list(range(8))  # the view keeps the import alive
+    assert sys.getrefcount(data) == before + 1
+    del view
+    assert sys.getrefcount(data) == before  # the producer's deleter ran, once
+
+
+def test_a_jax_array_sharded_over_host_devices_appends_by_rows(tmp_path, ml_dtypes):
+    pytest.importorskip("jax")
+    out = run_python(
+        f"""
+        import os
+        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+        import jax, jax.numpy as jnp, numpy as np
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        from loaderx.errors import InvalidArgumentError
+        from loaderx.zrecord import Dense
+
+        mesh = Mesh(np.array(jax.devices()).reshape(2, 2), ("rows", "cols"))
+        x = jnp.arange(8 * 4, dtype=jnp.bfloat16).reshape(8, 4)
+        for name, spec in [("rows", P("rows")), ("all", P(("rows", "cols"))),
+                           ("replicated", P()), ("columns", P(None, "cols"))]:
+            y = jax.device_put(x, NamedSharding(mesh, spec))
+            path = {str(tmp_path)!r} + "/" + name
+            w = Dense.create(path, "bfloat16", (4,), codec="raw")
+            try:
+                w.append(y)
+            except InvalidArgumentError as e:
+                w.abort()
+                print(name, "refused:", e)
+                continue
+            w.close()
+            with Dense.open(path) as ds:
+                same = np.asarray(ds[:]).tobytes() == np.asarray(x).tobytes()
+                print(name, len(y.addressable_shards), same)
+        """
+    )
+    assert out.splitlines() == [
+        "rows 4 True",
+        "all 4 True",
+        "replicated 4 True",
+        "columns refused: data is sharded along axis 1; append takes arrays sharded by "
+        "rows (axis 0) only, without copying: pass np.asarray(data) if one host copy is intended",
+    ]
 
 
 @pytest.mark.parametrize("name", [n for n, v in ML_DTYPES.items() if v[3] is not None])
@@ -445,16 +538,29 @@ def test_ragged_batch_refuses_dlpack_import_in_numpy():
     assert np.from_dlpack(b.values).tolist() == [0, 1, 2, 0, 1]
 
 
+def test_ragged_batch_is_not_silently_an_object_array():
+    b = ragged_batch()
+    for convert in (np.asarray, np.array):
+        with pytest.raises(TypeError, match=NOT_ONE_TENSOR):
+            convert(b)
+    assert np.asarray(b.values).tolist() == [0, 1, 2, 0, 1]
+
+
 def test_ragged_batch_refuses_dlpack_import_in_jax():
     jax = pytest.importorskip("jax")
+    jnp = pytest.importorskip("jax.numpy")
     with pytest.raises(TypeError, match=NOT_ONE_TENSOR):
         jax.dlpack.from_dlpack(ragged_batch())
+    with pytest.raises(TypeError, match=NOT_ONE_TENSOR):
+        jnp.asarray(ragged_batch())
 
 
 def test_ragged_batch_refuses_dlpack_import_in_torch():
     torch = pytest.importorskip("torch")
     with pytest.raises(TypeError, match=NOT_ONE_TENSOR):
         torch.from_dlpack(ragged_batch())
+    with pytest.raises(TypeError, match=NOT_ONE_TENSOR):
+        torch.as_tensor(ragged_batch())
 
 
 def test_dense_append_of_a_ragged_batch_says_what_to_do(tmp_path):

@@ -295,6 +295,8 @@ def exercise_tensor(nat: Native, t: object) -> None:
     nat.call(t, "__dlpack__", stream=None, max_version=(1, 0), dl_device=(1, 0), copy=False)
     wrapped = nat.call(_native.DLTensor, "_from_array", np.arange(6, dtype=np.uint16))
     assert np.from_dlpack(wrapped).tolist() == [0, 1, 2, 3, 4, 5]
+    imported = nat.call(_native.DLTensor, "_from_dlpack", np.arange(3, dtype=np.int8))
+    assert np.asarray(imported).tolist() == [0, 1, 2]
     interface = nat.get(wrapped, "__array_interface__")
     assert interface["typestr"] == "<u2" and interface["shape"] == (6,)
 

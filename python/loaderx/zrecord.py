@@ -144,7 +144,12 @@ def _host_array(data: object, what: str) -> HostArray:
             raise InvalidArgumentError(
                 f"{what} lives on DLPack device {tuple(dev)}; transfer it to the host explicitly"
             )
-        return np.from_dlpack(cast(SupportsDLPack, data))
+        # Imported natively rather than with np.from_dlpack, which refuses the
+        # bfloat16 and float8 type codes that torch and JAX export.
+        try:
+            return DLTensor._from_dlpack(data)
+        except BufferError as e:
+            raise InvalidArgumentError(f"{what}: {e}") from None
     raise TypeError(
         f"{what} must be a NumPy array, a CPU DLPack producer or a loaderx DLTensor, "
         f"got {type(data).__name__} (append does not coerce)"
@@ -174,8 +179,7 @@ def _foreign_array(key: object) -> npt.NDArray[np.generic] | None:
     """A NumPy view of another framework's array (torch, JAX, CuPy...), found by
     protocol so that no framework is imported; None when `key` is none."""
     if hasattr(key, "__dlpack__"):
-        a = _host_array(key, "positions")
-        return a if isinstance(a, np.ndarray) else np.from_dlpack(a)
+        return np.asarray(_host_array(key, "positions"))
     if hasattr(key, "__array__"):
         return np.asarray(key)
     return None
@@ -553,10 +557,19 @@ class DenseWriter(_Writer):
     def append(self, data: ArraySource) -> None:
         """Appends ``n`` records from an array of exactly the schema's dtype and
         shape ``(n, *item_shape)``: a C-contiguous NumPy array, a CPU DLPack
-        producer, or a loaderx DLTensor. Nothing is converted. Pass the whole
-        source in one call; memory stays bounded internally."""
+        producer (torch, JAX, CuPy on the host...), a ``jax.Array`` sharded over
+        several host devices by rows, or a loaderx DLTensor. Nothing is
+        converted or copied on the way. Pass the whole source in one call;
+        memory stays bounded internally."""
         self._check_open()
-        arr = _host_array(data, "data")
+        blocks = [_host_array(b, "data") for b in _row_blocks(data)]
+        for arr in blocks:
+            self._check_block(arr)
+        for arr in blocks:
+            release = isinstance(arr, np.ndarray) and _is_readonly_mapping(arr)
+            self._native.append_dense(arr, arr.shape[0], release)
+
+    def _check_block(self, arr: HostArray) -> None:
         expected = (None, *self._item_shape)
         shape = tuple(arr.shape)
         if arr.dtype != self._dtype:
@@ -564,15 +577,54 @@ class DenseWriter(_Writer):
         if len(shape) != len(expected) or shape[1:] != self._item_shape:
             want = "(n, " + ", ".join(map(str, self._item_shape)) + ")"
             raise InvalidArgumentError(f"expected shape {want.replace(', )', ')')}, got {shape}")
-        release = False
-        if isinstance(arr, np.ndarray):
-            if not arr.flags.c_contiguous:
+        if isinstance(arr, np.ndarray) and not arr.flags.c_contiguous:
+            raise InvalidArgumentError(
+                "expected a C-contiguous array, got a strided view; "
+                "pass np.ascontiguousarray(data) if a copy is intended"
+            )
+
+
+def _row_blocks(data: object) -> list[object]:
+    """`data`, or for an array sharded over several devices (a ``jax.Array``,
+    found by its attributes), its shards' arrays in row order, one per row range.
+    Such an array has no single buffer to export; its shards each have one."""
+    shards = getattr(data, "addressable_shards", None)
+    sharding = getattr(data, "sharding", None)
+    if shards is None or sharding is None or len(getattr(sharding, "device_set", ())) <= 1:
+        return [data]
+    shape = tuple(int(d) for d in cast("Sequence[SupportsIndex]", cast(Any, data).shape))
+    if not getattr(data, "is_fully_addressable", True):
+        raise InvalidArgumentError(
+            "data is a sharded array with shards on other processes; each process can "
+            "append only what it holds: write one part store per process and publish "
+            "them as one with loaderx.zrecord.concat"
+        )
+    if not shape:
+        return [data]
+    rows: dict[tuple[int, int], object] = {}
+    for shard in cast("Iterable[Any]", shards):
+        index = tuple(cast("tuple[slice, ...]", shard.index))
+        spans = [s.indices(n)[:2] for s, n in zip(index, shape, strict=True)]
+        for axis, (start, stop) in enumerate(spans[1:], 1):
+            if (start, stop) != (0, shape[axis]):
                 raise InvalidArgumentError(
-                    "expected a C-contiguous array, got a strided view; "
-                    "pass np.ascontiguousarray(data) if a copy is intended"
+                    f"data is sharded along axis {axis}; append takes arrays sharded by "
+                    f"rows (axis 0) only, without copying: pass np.asarray(data) if one host "
+                    f"copy is intended"
                 )
-            release = _is_readonly_mapping(arr)
-        self._native.append_dense(arr, shape[0], release)
+        rows.setdefault(spans[0] if spans else (0, shape[0]), shard.data)  # replicas once
+    at = 0
+    blocks: list[object] = []
+    for (start, stop), block in sorted(rows.items()):
+        if start != at:
+            break
+        blocks.append(block)
+        at = stop
+    if at != shape[0]:
+        raise InvalidArgumentError(
+            f"the shards of data do not cover its {shape[0]} rows exactly once"
+        )
+    return blocks
 
 
 class Dense(_Reader[DLTensor]):
@@ -804,6 +856,10 @@ class RaggedBatch:
         raise TypeError(_NOT_ONE_TENSOR)
 
     def __dlpack_device__(self) -> NoReturn:
+        raise TypeError(_NOT_ONE_TENSOR)
+
+    def __array__(self, *args: object, **kwargs: object) -> NoReturn:
+        # Without it np.asarray(batch) would silently be a 0-d object array.
         raise TypeError(_NOT_ONE_TENSOR)
 
     def to_tensors(self) -> list[DLTensor]:

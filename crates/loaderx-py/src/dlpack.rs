@@ -90,6 +90,13 @@ pub enum Memory {
         len: usize,
         _keep: Py<PyAny>,
     },
+    /// Host memory another framework exported through DLPack; dropping it calls
+    /// the producer's deleter.
+    Imported {
+        ptr: *mut u8,
+        len: usize,
+        _tensor: ImportedTensor,
+    },
 }
 
 // SAFETY: `Borrowed` memory is only read or written through DLTensors, like pooled
@@ -101,14 +108,14 @@ impl Memory {
     pub fn as_ptr(&self) -> *mut u8 {
         match self {
             Memory::Pooled(b) => b.as_ptr(),
-            Memory::Borrowed { ptr, .. } => *ptr,
+            Memory::Borrowed { ptr, .. } | Memory::Imported { ptr, .. } => *ptr,
         }
     }
 
     pub fn len(&self) -> usize {
         match self {
             Memory::Pooled(b) => b.len(),
-            Memory::Borrowed { len, .. } => *len,
+            Memory::Borrowed { len, .. } | Memory::Imported { len, .. } => *len,
         }
     }
 
@@ -116,7 +123,7 @@ impl Memory {
     fn device(&self) -> (i32, i32) {
         match self {
             Memory::Pooled(b) => b.pool().device(),
-            Memory::Borrowed { .. } => (DL_CPU, 0),
+            Memory::Borrowed { .. } | Memory::Imported { .. } => (DL_CPU, 0),
         }
     }
 
@@ -124,7 +131,7 @@ impl Memory {
     fn host_accessible(&self) -> bool {
         match self {
             Memory::Pooled(b) => b.pool().host_accessible(),
-            Memory::Borrowed { .. } => true,
+            Memory::Borrowed { .. } | Memory::Imported { .. } => true,
         }
     }
 }
@@ -174,6 +181,219 @@ unsafe extern "C" fn capsule_versioned(cap: *mut ffi::PyObject) {
         }
     }
 }
+
+/// A managed tensor taken from another producer's capsule: its deleter runs once,
+/// when the last view of the memory goes.
+pub struct ImportedTensor(Managed);
+
+enum Managed {
+    Legacy(*mut ManagedLegacy),
+    Versioned(*mut ManagedVersioned),
+}
+
+impl Drop for ImportedTensor {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from a capsule this process renamed to
+        // `used_…`, so nobody else calls its deleter. Producers' deleters take
+        // the GIL themselves if they need it (DLPack requires that of them).
+        unsafe {
+            match self.0 {
+                Managed::Legacy(m) => {
+                    if let Some(d) = (*m).deleter {
+                        d(m)
+                    }
+                }
+                Managed::Versioned(m) => {
+                    if let Some(d) = (*m).deleter {
+                        d(m)
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Calls `producer.__dlpack__`, asking for a versioned capsule first.
+fn dlpack_capsule<'py>(producer: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let py = producer.py();
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("max_version", (DLPACK_MAJOR, DLPACK_MINOR))?;
+    match producer.call_method("__dlpack__", (), Some(&kwargs)) {
+        Err(e) if e.is_instance_of::<PyTypeError>(py) => producer.call_method0("__dlpack__"),
+        r => r,
+    }
+}
+
+/// Whether `strides` (in elements; null meaning C order) describe a C-contiguous
+/// layout of `shape`. Extents of 0 or 1 may carry any stride.
+fn c_contiguous(shape: &[i64], strides: Option<&[i64]>) -> bool {
+    let Some(strides) = strides else { return true };
+    if shape.contains(&0) {
+        return true;
+    }
+    let mut expect = 1i64;
+    for (&d, &s) in shape.iter().zip(strides).rev() {
+        if d != 1 && s != expect {
+            return false;
+        }
+        expect = expect.saturating_mul(d);
+    }
+    true
+}
+
+/// What an imported host tensor is, once every field the producer wrote is checked.
+struct HostView {
+    ptr: *mut u8,
+    len: usize,
+    shape: Vec<i64>,
+    dtype: DType,
+}
+
+/// Checks a producer's tensor before a byte of it is trusted: host memory, a
+/// dtype a store holds, a sane shape whose size fits, C-contiguous, aligned.
+///
+/// # Safety
+/// `raw` must be a live DLPack tensor: `shape` and (when not null) `strides`
+/// point to `ndim` entries.
+unsafe fn check_host_tensor(raw: &RawTensor) -> PyResult<HostView> {
+    let device = (raw.device.device_type, raw.device.device_id);
+    if device.0 != DL_CPU {
+        return Err(PyBufferError::new_err(format!(
+            "the tensor lives on DLPack device {device:?}; transfer it to the host explicitly"
+        )));
+    }
+    let DLDataType { code, bits, lanes } = raw.dtype;
+    let dtype = match DType::from_dlpack(code, bits) {
+        Some(d) if lanes == 1 => d,
+        _ => {
+            return Err(PyBufferError::new_err(format!(
+                "DLPack type (code {code}, bits {bits}, lanes {lanes}) is not a dtype a store holds"
+            )))
+        }
+    };
+    let ndim = usize::try_from(raw.ndim)
+        .ok()
+        .filter(|&n| n <= MAX_IMPORT_NDIM)
+        .ok_or_else(|| PyBufferError::new_err(format!("DLPack ndim {} is invalid", raw.ndim)))?;
+    let shape: Vec<i64> = if ndim == 0 {
+        Vec::new()
+    } else if raw.shape.is_null() {
+        return Err(PyBufferError::new_err("DLPack shape is null"));
+    } else {
+        // SAFETY: the caller guarantees `ndim` shape entries.
+        unsafe { std::slice::from_raw_parts(raw.shape, ndim) }.to_vec()
+    };
+    let strides = if raw.strides.is_null() || ndim == 0 {
+        None
+    } else {
+        // SAFETY: as for the shape.
+        Some(unsafe { std::slice::from_raw_parts(raw.strides, ndim) })
+    };
+    let len = shape
+        .iter()
+        .try_fold(dtype.itemsize(), |acc, &d| {
+            usize::try_from(d).ok().and_then(|d| acc.checked_mul(d))
+        })
+        .filter(|&n| isize::try_from(n).is_ok())
+        .ok_or_else(|| PyBufferError::new_err(format!("DLPack shape {shape:?} is invalid")))?;
+    if !c_contiguous(&shape, strides) {
+        return Err(PyBufferError::new_err(format!(
+            "the tensor is strided (shape {shape:?}, strides {:?}); make it contiguous first \
+             if a copy is intended",
+            strides.unwrap_or_default()
+        )));
+    }
+    if len == 0 {
+        // Nothing is read through an empty tensor's pointer, whatever it is.
+        let ptr = std::ptr::NonNull::<u64>::dangling().as_ptr() as *mut u8;
+        return Ok(HostView {
+            ptr,
+            len,
+            shape,
+            dtype,
+        });
+    }
+    let offset = usize::try_from(raw.byte_offset)
+        .map_err(|_| PyBufferError::new_err("DLPack byte_offset is invalid"))?;
+    let ptr = (raw.data as *mut u8).wrapping_add(offset);
+    if raw.data.is_null() || (ptr as usize) % dtype.itemsize() != 0 {
+        return Err(PyBufferError::new_err(
+            "the tensor's data pointer is null or misaligned",
+        ));
+    }
+    Ok(HostView {
+        ptr,
+        len,
+        shape,
+        dtype,
+    })
+}
+
+/// Takes the managed tensor out of a DLPack capsule (either kind) as a host
+/// DLTensor, following the consumer protocol: the capsule is renamed `used_…`
+/// only once the tensor is accepted, and then its deleter is ours to call.
+fn import_capsule(capsule: &Bound<'_, PyAny>) -> PyResult<DLTensor> {
+    let cap = capsule.as_ptr();
+    // SAFETY: PyCapsule_IsValid accepts any object; pointers are read only from
+    // a valid capsule of the matching name, whose producer owns a live tensor.
+    unsafe {
+        let (view, owner, readonly, used) =
+            if ffi::PyCapsule_IsValid(cap, NAME_VERSIONED.as_ptr()) == 1 {
+                let m = ffi::PyCapsule_GetPointer(cap, NAME_VERSIONED.as_ptr())
+                    as *mut ManagedVersioned;
+                if m.is_null() || (*m).version[0] != DLPACK_MAJOR {
+                    return Err(PyBufferError::new_err(format!(
+                        "DLPack version {:?} is not 1.x",
+                        if m.is_null() { [0, 0] } else { (*m).version }
+                    )));
+                }
+                let view = check_host_tensor(&(*m).dl_tensor)?;
+                let readonly = (*m).flags & FLAG_READ_ONLY != 0;
+                (
+                    view,
+                    ImportedTensor(Managed::Versioned(m)),
+                    readonly,
+                    c"used_dltensor_versioned",
+                )
+            } else if ffi::PyCapsule_IsValid(cap, NAME_LEGACY.as_ptr()) == 1 {
+                let m = ffi::PyCapsule_GetPointer(cap, NAME_LEGACY.as_ptr()) as *mut ManagedLegacy;
+                if m.is_null() {
+                    return Err(PyBufferError::new_err("DLPack capsule holds no tensor"));
+                }
+                let view = check_host_tensor(&(*m).dl_tensor)?;
+                (
+                    view,
+                    ImportedTensor(Managed::Legacy(m)),
+                    false,
+                    c"used_dltensor",
+                )
+            } else {
+                return Err(PyTypeError::new_err(
+                    "__dlpack__ did not return a DLPack capsule (or it was already consumed)",
+                ));
+            };
+        if ffi::PyCapsule_SetName(cap, used.as_ptr()) != 0 {
+            // Still the capsule's: it must not be deleted twice.
+            std::mem::forget(owner);
+            return Err(PyErr::fetch(capsule.py()));
+        }
+        let mut t = DLTensor::new(
+            Arc::new(Memory::Imported {
+                ptr: view.ptr,
+                len: view.len,
+                _tensor: owner,
+            }),
+            0,
+            view.shape,
+            view.dtype,
+        );
+        t.readonly = readonly;
+        Ok(t)
+    }
+}
+
+/// The most dimensions an imported tensor may have (DLPack producers use far fewer).
+const MAX_IMPORT_NDIM: usize = 64;
 
 /// A contiguous, writable n-dimensional view into an allocation, exported only
 /// through DLPack.
@@ -427,6 +647,14 @@ impl DLTensor {
         );
         t.readonly = !writable;
         Ok(t)
+    }
+
+    /// Imports a host array from any DLPack producer (torch, JAX, NumPy...)
+    /// without copying, keeping the producer's memory alive; every DLPack type
+    /// code a store holds is accepted, bfloat16 and float8 included.
+    #[staticmethod]
+    fn _from_dlpack(producer: &Bound<'_, PyAny>) -> PyResult<DLTensor> {
+        import_capsule(&dlpack_capsule(producer)?)
     }
 
     /// Per-record views of packed ragged values, given the batch's `cu_seqlens`
