@@ -7,7 +7,9 @@ Run with the bench venv (it has the CUDA build of torch):
 It builds small Dense and Ragged stores (raw and zstd) in a temporary folder,
 gathers them into ``loaderx.allocator.cuda.Allocator`` memory, imports every batch
 with ``torch.from_dlpack`` and compares it on the GPU with the source, runs the
-Loader with one binding per visible device, and then times Dense image batches
+Loader with one binding per visible device, runs the data2latent example with
+torch on both layouts with ``--allocator cuda`` and compares its latents with the
+host run's, and then times Dense image batches
 gathered straight into device memory against gathering into host memory and
 copying with ``tensor.to(device)``. It prints one line per check and exits
 non-zero if any fails. Nothing here runs in CI (there is no GPU there).
@@ -16,6 +18,7 @@ non-zero if any fails. Nothing here runs in CI (there is no GPU there).
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import tempfile
 import time
@@ -28,6 +31,13 @@ from loaderx.allocator import cuda
 from loaderx.dataloader import Loader
 from loaderx.sampler import Sampler
 from loaderx.zrecord import Dense, Ragged, RaggedBatch
+
+from .paths import REPO
+
+DATA2LATENT = REPO / "examples" / "data2latent"
+# The example's tolerance between two encoders of the same batches (common.py),
+# which a GPU convolution against the CPU one must also meet.
+LATENT_ATOL = 1e-4
 
 FAILED: list[str] = []
 
@@ -90,6 +100,55 @@ def loader(root: Path, images) -> None:
     check(f"Loader places each of {n} binding(s) on its device", ok)
 
 
+def data2latent(root: Path) -> None:
+    """The example end to end at its reduced size, on the host and on the GPU."""
+    data = root / "data2latent"
+
+    def run(script: str, *args: object) -> bool:
+        proc = subprocess.run(
+            [sys.executable, str(DATA2LATENT / script), *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if proc.returncode != 0:
+            print(proc.stdout[-2000:], proc.stderr[-2000:], sep="\n")
+        return proc.returncode == 0
+
+    if not run("prepare.py", "--out", data, "--photos", 2):
+        check("data2latent prepare.py", False)
+        return
+    for layout in ("dense", "ragged"):
+        outs = {a: data / "latents" / f"torch-{layout}-{a}" for a in ("host", "cuda")}
+        ran = all(
+            run(
+                "encode.py",
+                "--data",
+                data,
+                "--framework",
+                "torch",
+                "--layout",
+                layout,
+                "--allocator",
+                a,
+                "--out",
+                out,
+            )
+            for a, out in outs.items()
+        )
+        if not ran:
+            check(f"data2latent torch {layout} --allocator cuda runs", False)
+            continue
+        with Dense.open(outs["host"]) as h, Dense.open(outs["cuda"]) as c:
+            host, dev = np.asarray(h[:]), np.asarray(c[:])
+        diff = float(np.abs(host - dev).max()) if host.shape == dev.shape else float("inf")
+        check(
+            f"data2latent torch {layout}: --allocator cuda latents equal the host run's",
+            diff <= LATENT_ATOL,
+            f"max |diff| {diff:.2e} over {len(host)} records",
+        )
+
+
 def timing(root: Path, device: int, seconds: float) -> None:
     dev = torch.device("cuda", device)
     a = cuda.Allocator(device=device)
@@ -133,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         images, records = build(root, np.random.default_rng(1))
         correctness(root, images, records, args.device)
         loader(root, images)
+        data2latent(root)
         timing(root, args.device, args.seconds)
     print("all checks passed" if not FAILED else f"FAILED: {', '.join(FAILED)}")
     return 1 if FAILED else 0
