@@ -14,6 +14,7 @@ input closes::
 
     python tests/remote_servers.py serve DIR
     python tests/remote_servers.py proxy http://127.0.0.1:PORT --latency-ms 10
+    python tests/remote_servers.py s3 DIR --bucket NAME   (DIR's files at s3://NAME/)
 """
 
 from __future__ import annotations
@@ -142,6 +143,7 @@ class _Base:
         self._thread: threading.Thread | None = None
         self._counts: Counter[str] = Counter()
         self._log: list[tuple[str, str, str | None]] = []
+        self._body_bytes = 0
         self._count_lock = threading.Lock()
 
     @property
@@ -186,6 +188,15 @@ class _Base:
             self._counts[path] += 1
             self._log.append((method, path, range_header))
 
+    def sent(self, n: int) -> None:
+        with self._count_lock:
+            self._body_bytes += n
+
+    def body_bytes(self) -> int:
+        """Bytes of response bodies sent, in all."""
+        with self._count_lock:
+            return self._body_bytes
+
     def requests(self, path: str | None = None) -> int:
         """Requests received for ``path`` (URL path, e.g. ``/store/meta.json``), or in all."""
         with self._count_lock:
@@ -199,6 +210,7 @@ class _Base:
     def reset_counts(self) -> None:
         with self._count_lock:
             self._counts.clear()
+            self._body_bytes = 0
             self._log.clear()
 
 
@@ -309,6 +321,8 @@ class _FileHandler(BaseHTTPRequestHandler):
                     # The file shrank under us: the reply cannot be completed.
                     self.close_connection = True
                     return
+                # Counted before it goes out, so a client that has the bytes sees them counted.
+                owner.sent(len(data))
                 self.wfile.write(data)
                 pos += len(data)
 
@@ -471,6 +485,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                 piece = resp.read(n)
                 if not piece:
                     break
+            owner.sent(len(piece))
             self.wfile.write(piece)
             sent += len(piece)
         if sent < total:
@@ -657,7 +672,19 @@ def _main(argv: list[str]) -> int:
     p.add_argument("upstream")
     p.add_argument("--latency-ms", type=float, default=0.0)
     p.add_argument("--body-bytes-per-s", type=float, default=None)
+    m = sub.add_parser("s3", help="moto's S3 server holding a directory's files")
+    m.add_argument("root")
+    m.add_argument("--bucket", default="bench")
     args = ap.parse_args(argv)
+    if args.cmd == "s3":
+        with MotoS3() as s3:
+            s3.create_bucket(args.bucket)
+            s3.upload_dir(args.root, args.bucket, "")
+            info = {"url": s3.url, "bucket": args.bucket, "storage_options": s3.storage_options()}
+            print(json.dumps(info), flush=True)
+            sys.stdin.buffer.read()
+        print(json.dumps({}), flush=True)
+        return 0
     if args.cmd == "serve":
         server: _Base = RangeServer(args.root)
     else:
@@ -668,7 +695,8 @@ def _main(argv: list[str]) -> int:
         print(json.dumps({"url": server.url}), flush=True)
         # Until the parent closes our standard input (or dies).
         sys.stdin.buffer.read()
-        print(json.dumps({"requests": server.requests()}), flush=True)
+        counts = {"requests": server.requests(), "body_bytes": server.body_bytes()}
+        print(json.dumps(counts), flush=True)
     return 0
 
 

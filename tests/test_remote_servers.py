@@ -85,9 +85,11 @@ def test_range_server_serves_exact_bytes(served):
         assert r.status == 404, missing
     assert served.requests("/d/f.bin") == 10
     assert served.requests() == 14
+    # Bodies: the whole file, four ranges, If-Match's two bytes.
+    assert served.body_bytes() == len(DATA) + 256 + 240 + 17 + 10 + 2
     assert served.log()[1] == ("GET", "/d/f.bin", "bytes=100-355")
     served.reset_counts()
-    assert served.requests() == 0
+    assert (served.requests(), served.body_bytes()) == (0, 0)
 
 
 def test_range_server_restarts_on_its_port(served):
@@ -118,6 +120,7 @@ def test_proxy_passes_requests_through(served, fault_proxy):
     r, body = get(conn, "/d/f.bin")
     assert (r.status, body) == (200, DATA)
     assert fault_proxy.requests("/d/f.bin") == served.requests("/d/f.bin") == 3
+    assert fault_proxy.body_bytes() == served.body_bytes() == 1024 + len(DATA)
 
 
 def test_proxy_fails_the_next_requests(served, fault_proxy):
