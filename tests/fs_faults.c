@@ -9,6 +9,9 @@
  *                            making rename number LOADERX_FAULT_AT (default 1)
  *   stop_at_rename           the same with SIGSTOP: the process stays alive,
  *                            holding whatever it holds, until it is killed
+ *   link_exdev               every hard link fails with EXDEV, as between two
+ *                            filesystems
+ *   link_eio                 every hard link fails with EIO
  *
  * Only renameat2 counts as a rename: it is the call publishing makes. */
 
@@ -61,4 +64,33 @@ int fsync(int fd) {
         }
     }
     return real(fd);
+}
+
+/* A hard link's failure, when one is asked for; 0 otherwise. */
+static int link_fault(void) {
+    if (fault_is("link_exdev")) return EXDEV;
+    if (fault_is("link_eio")) return EIO;
+    return 0;
+}
+
+int linkat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, int flags) {
+    static int (*real)(int, const char *, int, const char *, int);
+    if (!real) real = dlsym(RTLD_NEXT, "linkat");
+    int e = link_fault();
+    if (e) {
+        errno = e;
+        return -1;
+    }
+    return real(olddirfd, oldpath, newdirfd, newpath, flags);
+}
+
+int link(const char *oldpath, const char *newpath) {
+    static int (*real)(const char *, const char *);
+    if (!real) real = dlsym(RTLD_NEXT, "link");
+    int e = link_fault();
+    if (e) {
+        errno = e;
+        return -1;
+    }
+    return real(oldpath, newpath);
 }

@@ -147,6 +147,9 @@ def mismatch(value: object, annotation: object, stub: types.ModuleType, owner: s
             return f"{value!r} is a {type(value).__name__}, not a NumPy dtype"
         ok = issubclass(value.type, args[0])
         return "" if ok else f"dtype {value} is not one of {args[0].__name__}"
+    if origin is collections.abc.Callable:
+        # Only callability can be checked without calling it.
+        return "" if callable(value) else f"{value!r} is not callable"
     if origin is os.PathLike:
         return "" if isinstance(value, os.PathLike) else f"{value!r} is not os.PathLike"
     assert origin is None, f"the checker does not know {annotation}"
@@ -348,6 +351,21 @@ def exercise_functions(nat: Native, root: pathlib.Path) -> bytes:
     nat.call(dropped, "discard")
     assert not nat.get(dropped, "path").exists()
     assert nat.call(_native, "clean_stale", root) == []
+    part = nat.call(_native.Writer, "create_dense", root / "part", "uint8", [2], "raw", 1)
+    nat.call(part, "append_dense", np.arange(6, dtype=np.uint8), 3)
+    nat.call(part, "close")
+    seen: list[tuple[int, int]] = []
+    summary = nat.call(
+        _native,
+        "concat",
+        [root / "part", str(root / "part")],
+        root / "joined",
+        b"{}",
+        False,
+        True,
+        lambda done, total: seen.append((done, total)),
+    )
+    assert summary[:6] == (root / "joined", 6, 2, 0, 2, 12) and seen[-1] == (6, 6)
     return dictionary
 
 

@@ -1,7 +1,7 @@
 # Type stubs of the native extension. tests/test_stubs.py keeps them in step with
 # the module: the same names, the parameter names PyO3 reports, and, for every
 # property, method and constant, a runtime value of the annotated type.
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from os import PathLike
 from pathlib import Path
 from typing import TypeAlias, final
@@ -181,3 +181,11 @@ def check_ragged(
 ) -> None: ...
 def train_dictionary(data: _HostArray, sizes: Sequence[int], max_size: int) -> bytes: ...
 def clean_stale(parent: str | PathLike[str]) -> list[Path]: ...
+def concat(
+    sources: Sequence[str | PathLike[str]],
+    dest: str | PathLike[str],
+    attrs: bytes | None = None,
+    verify: bool = False,
+    copy: bool = False,
+    progress: Callable[[int, int], object] | None = None,
+) -> tuple[Path, int, int, int, int, int, int]: ...

@@ -15,13 +15,15 @@ not an identity.
 from __future__ import annotations
 
 import io
+import json
 import mmap
 import numbers
 import operator
 import os
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -55,7 +57,16 @@ if TYPE_CHECKING:
 
     from .allocator import Allocator
 
-__all__ = ["DLTensor", "Dense", "Ragged", "RaggedBatch", "ZrecordError", "clean"]
+__all__ = [
+    "ConcatResult",
+    "DLTensor",
+    "Dense",
+    "Ragged",
+    "RaggedBatch",
+    "ZrecordError",
+    "clean",
+    "concat",
+]
 
 DLTensor = _native.DLTensor
 ZrecordError = errors.ZrecordError
@@ -969,3 +980,92 @@ def clean(path: str | os.PathLike[str]) -> list[str]:
     is safe to run while writers are at work. Raises ``FileNotFoundError`` when
     `path` does not exist and ``OSError`` when it is not a directory."""
     return [os.fspath(p) for p in _native.clean_stale(_fspath(path))]
+
+
+@dataclass(frozen=True)
+class ConcatResult:
+    """What ``concat`` published."""
+
+    path: str
+    """Where the store now is."""
+    records: int
+    """Records in the store: the sum of the sources'."""
+    data_files: int
+    """Data files in the store: the sum of the sources' ``data_shards``."""
+    linked_files: int
+    """Data files hard-linked from a source (they share the source's disk space)."""
+    copied_files: int
+    """Data files copied: ``copy=True``, or a link was refused (a source on another
+    filesystem, or a filesystem without hard links)."""
+    copied_bytes: int
+    """Bytes of the data files copied."""
+    header_checksum: int
+    """The store's header checksum (its identity, as ``reader.header_checksum``)."""
+
+
+def concat(
+    sources: Iterable[str | os.PathLike[str]],
+    dest: str | os.PathLike[str],
+    *,
+    attrs: Mapping[str, object] | None = None,
+    verify: bool = False,
+    copy: bool = False,
+    progress: Callable[[int, int], object] | None = None,
+) -> ConcatResult:
+    """Publishes at `dest` one store holding the records of `sources`, in order,
+    without decoding or recompressing a record.
+
+    The sources must share one schema: kind, dtype, item shape (Dense) or ndim
+    (Ragged), codec, and for ``zstd_dict`` the dictionary; a mismatch is an
+    InvalidArgumentError naming the source and the field. Their ``data_shards``
+    may differ: the result holds every source's data files, at most 255 in all
+    (write parts with ``data_shards=1`` to concatenate up to 255 of them). Data
+    files are hard-linked into the result where the filesystem allows and copied
+    otherwise (``copy=True`` always copies); the result says which.
+
+    Attributes: without `attrs`, every source must hold the same attributes (or
+    none) and the result gets them; with `attrs` (a JSON object), the result
+    gets exactly those, whatever the sources hold.
+
+    Each source is checked as opening checks it, and every index entry as a read
+    checks it. ``verify=True`` also checks every record's stored bytes against
+    its checksum and decodes it (as ``verify()`` does) before its data is taken,
+    which reads every byte of every source.
+
+    ``progress(done, total)`` is called with records done; an exception it
+    raises stops the concatenation and propagates. Nothing is published unless
+    everything succeeds; an existing `dest` is StoreExistsError."""
+    if isinstance(sources, (str, bytes, os.PathLike)):
+        raise TypeError("sources must be a collection of store paths, not one path")
+    paths = [_fspath(p) for p in sources]
+    for name, flag in (("verify", verify), ("copy", copy)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be callable, got {type(progress).__name__}")
+    native = _native.concat(
+        paths,
+        _fspath(dest),
+        None if attrs is None else _attrs_json(attrs),
+        verify,
+        copy,
+        progress,
+    )
+    path, records, data_files, linked, copied, copied_bytes, checksum = native
+    return ConcatResult(
+        os.fspath(path), records, data_files, linked, copied, copied_bytes, checksum
+    )
+
+
+def _attrs_json(attrs: Mapping[str, object]) -> bytes:
+    """`attrs` as the JSON object a store holds: compact, keys sorted, so equal
+    attributes are equal bytes."""
+    if not isinstance(attrs, Mapping):
+        raise TypeError(f"attrs must be a mapping (a JSON object), got {type(attrs).__name__}")
+    if not all(isinstance(k, str) for k in attrs):
+        raise InvalidArgumentError("attrs keys must be strings (a JSON object)")
+    try:
+        text = json.dumps(dict(attrs), sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise InvalidArgumentError(f"attrs are not JSON: {e}") from None
+    return text.encode()

@@ -46,6 +46,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(store::train_dictionary, m)?)?;
     m.add_class::<store::PyBuildDir>()?;
     m.add_function(wrap_pyfunction!(store::clean_stale, m)?)?;
+    m.add_function(wrap_pyfunction!(store::concat, m)?)?;
     sampler::register(m)?;
     Ok(())
 }

@@ -507,3 +507,57 @@ pub fn out_of_range(index: &Bound<'_, PyAny>, len: u64) -> PyResult<PyErr> {
         shown, len,
     )))
 }
+
+/// What `concat` published: path, records, data files, linked files, copied
+/// files, copied bytes, header checksum.
+type ConcatSummary = (PathBuf, u64, usize, usize, usize, u64, u64);
+
+/// Publishes at `dest` one store holding the records of `sources` in order,
+/// without decoding them (see `zrecord::concat`). `attrs` are the result's
+/// attributes (JSON bytes; None: the sources' own, which must agree);
+/// `progress(done, total)` is called with records done, and an exception it
+/// raises stops the concatenation and is raised from here.
+#[pyfunction]
+#[pyo3(signature = (sources, dest, attrs=None, verify=false, copy=false, progress=None))]
+pub fn concat(
+    py: Python<'_>,
+    sources: Vec<PathBuf>,
+    dest: PathBuf,
+    attrs: Option<Vec<u8>>,
+    verify: bool,
+    copy: bool,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<ConcatSummary> {
+    let options = zrecord::ConcatOptions {
+        attrs: attrs.as_deref(),
+        verify_records: verify,
+        copy,
+    };
+    let mut raised: Option<PyErr> = None;
+    let result = py.detach(|| {
+        let mut report = |done: u64, total: u64| -> zrecord::Result<()> {
+            let Some(cb) = &progress else {
+                return Ok(());
+            };
+            Python::attach(|py| cb.call1(py, (done, total)).map(drop)).map_err(|e| {
+                raised = Some(e);
+                // Replaced by the callback's own exception below.
+                zrecord::Error::InvalidArgument("the progress callback raised".into())
+            })
+        };
+        zrecord::concat(&sources, &dest, &options, &THREADS, &mut report)
+    });
+    if let Some(e) = raised {
+        return Err(e);
+    }
+    let r = result.py_err()?;
+    Ok((
+        r.path,
+        r.records,
+        r.data_files,
+        r.linked_files,
+        r.copied_files,
+        r.copied_bytes,
+        r.header_checksum,
+    ))
+}

@@ -11,6 +11,7 @@
 #![deny(missing_docs)]
 
 mod codec;
+mod concat;
 mod dtype;
 mod error;
 mod format;
@@ -21,6 +22,7 @@ mod recycle;
 mod writer;
 
 pub use codec::{train_dictionary, Codec, ALL_CODECS, MAX_EXPANSION, ZSTD_LEVEL};
+pub use concat::{concat, ConcatOptions, ConcatReport};
 pub use dtype::{dl_code, DType, ALL_DTYPES};
 pub use error::{out_of_range_message, Error, Result};
 pub use format::{

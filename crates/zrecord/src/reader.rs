@@ -524,6 +524,21 @@ impl Store {
         }
     }
 
+    /// The checked entry of record `i` (as a gather would check it) and the
+    /// bytes its index entry holds after the fixed part: the shape, for Ragged.
+    pub(crate) fn entry_and_shape(&self, i: u64) -> Result<(Entry, &[u8])> {
+        let (e, _) = self.checked_entry(i)?;
+        let raw = self.entry_bytes(i)?;
+        Ok((e, &raw[ENTRY_FIXED..]))
+    }
+
+    /// Each data file's path, open file and size, in file order.
+    pub(crate) fn data_files(&self) -> impl Iterator<Item = (&Path, &File, u64)> {
+        self.files
+            .iter()
+            .map(|f| (f.path.as_path(), &f.file, f.bytes().len() as u64))
+    }
+
     #[cold]
     fn entry_error(&self, i: u64, e: &Entry, logical: u64) -> Error {
         let msg = match self.files.get(e.shard as usize) {

@@ -99,7 +99,7 @@ const CREATE_ATTEMPTS: u32 = 16;
 /// store: its last component is a name (not `.`, `..`, empty or the root), it
 /// does not exist, and no existing ancestor is anything but a directory. Nothing
 /// on disk changes, so a refused path leaves no trace.
-fn check_destination(dest: &Path) -> Result<PathBuf> {
+pub(crate) fn check_destination(dest: &Path) -> Result<PathBuf> {
     let raw = dest.as_os_str().as_encoded_bytes();
     let trimmed = raw.strip_suffix(b"/").map_or(raw, |mut r| {
         while let Some(s) = r.strip_suffix(b"/") {
@@ -421,7 +421,7 @@ pub fn clean_stale(parent: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// Writes a new file holding `bytes`, durably, and returns its size and xxh3-64.
-fn write_whole(path: &Path, bytes: &[u8]) -> Result<(u64, u64)> {
+pub(crate) fn write_whole(path: &Path, bytes: &[u8]) -> Result<(u64, u64)> {
     let mut f = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -429,6 +429,23 @@ fn write_whole(path: &Path, bytes: &[u8]) -> Result<(u64, u64)> {
         .at(path)?;
     f.write_all(bytes).and_then(|_| f.sync_all()).at(path)?;
     Ok((bytes.len() as u64, xxh3_64(bytes)))
+}
+
+/// Writes `header` into `build` as its `header.bin`, durably, and publishes the
+/// build; returns the header's checksum. Every other file of the store must
+/// already be written and synced: the header is what makes a directory a store,
+/// so it is the last file written, by the writer and by concatenation alike.
+pub(crate) fn publish_with_header(build: BuildDir, header: &Header) -> Result<u64> {
+    let bytes = header.encode();
+    let hp = build.path().join(format::HEADER_FILE);
+    let mut hf = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&hp)
+        .at(&hp)?;
+    hf.write_all(&bytes).and_then(|_| hf.sync_all()).at(&hp)?;
+    build.publish()?;
+    Ok(format::le_u64(&bytes, bytes.len() - 8))
 }
 
 fn fsync_dir(path: &Path) -> Result<()> {
@@ -873,16 +890,7 @@ impl Writer {
             attrs_xxh3: self.attrs_xxh3,
             checksum: 0,
         };
-        let hp = self.tmp.join(format::HEADER_FILE);
-        let mut hf = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&hp)
-            .at(&hp)?;
-        hf.write_all(&header.encode())
-            .and_then(|_| hf.sync_all())
-            .at(&hp)?;
-        self.build.publish()
+        publish_with_header(self.build, &header).map(|_| ())
     }
 
     /// Discards everything written; nothing appears at the destination.
