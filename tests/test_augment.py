@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import host
-from loaderx.dataloader import Loader, StepInfo, step_rng
+from loaderx.dataloader import Loader, StepInfo, record_rng, step_rng
 from loaderx.sampler import Sampler
 from loaderx.zrecord import Dense
 
@@ -122,19 +122,19 @@ def test_positions_are_the_samplers_global_batch_as_a_read_only_copy(store):
     assert repr(infos[2]) == "StepInfo(step=2, positions=8, seed=3)"
 
 
-def test_the_generator_is_philox_keyed_by_seed_and_step():
+def philox4x64_10(counter, key):
+    # Philox4x64-10 (Salmon et al., Random123), written out independently.
     mask = 2**64 - 1
+    c, k = list(counter), list(key)
+    for r in range(10):
+        if r:
+            k = [(k[0] + 0x9E3779B97F4A7C15) & mask, (k[1] + 0xBB67AE8584CAA73B) & mask]
+        p0, p1 = 0xD2E7470EE14C6C93 * c[0], 0xCA5A826395121157 * c[2]
+        c = [(p1 >> 64) ^ c[1] ^ k[0], p1 & mask, (p0 >> 64) ^ c[3] ^ k[1], p0 & mask]
+    return c
 
-    def philox4x64_10(counter, key):
-        # Philox4x64-10 (Salmon et al., Random123), written out independently.
-        c, k = list(counter), list(key)
-        for r in range(10):
-            if r:
-                k = [(k[0] + 0x9E3779B97F4A7C15) & mask, (k[1] + 0xBB67AE8584CAA73B) & mask]
-            p0, p1 = 0xD2E7470EE14C6C93 * c[0], 0xCA5A826395121157 * c[2]
-            c = [(p1 >> 64) ^ c[1] ^ k[0], p1 & mask, (p0 >> 64) ^ c[3] ^ k[1], p0 & mask]
-        return c
 
+def test_the_generator_is_philox_keyed_by_seed_and_step():
     for seed, step in [(0, 0), (0, 1), (1, 0), (42, 1000), (U64_MAX, U64_MAX)]:
         # NumPy advances the counter before each block: the first is counter 1.
         want = philox4x64_10([1, 0, 0, 0], [seed, step]) + philox4x64_10([2, 0, 0, 0], [seed, step])
@@ -147,6 +147,23 @@ def test_the_generator_is_philox_keyed_by_seed_and_step():
             step_rng(bad, 0)
         with pytest.raises(ValueError):
             step_rng(0, bad)
+
+
+def test_a_records_generator_is_philox_keyed_by_seed_and_step_from_its_own_counter():
+    for seed, step, index in [(0, 0, 0), (0, 0, 1), (3, 4, 5), (U64_MAX, U64_MAX, U64_MAX)]:
+        # Counter words (0, index, 1, 0), advanced before each block.
+        want = [
+            *philox4x64_10([1, index, 1, 0], [seed, step]),
+            *philox4x64_10([2, index, 1, 0], [seed, step]),
+        ]
+        assert record_rng(seed, step, index).bit_generator.random_raw(8).tolist() == want
+    # Not the step's stream, nor the next record's.
+    assert record_rng(1, 2, 0).random() != step_rng(1, 2).random()
+    assert record_rng(1, 2, 0).random() != record_rng(1, 2, 1).random()
+    for bad in (-1, 2**64):
+        for args in ((bad, 0, 0), (0, bad, 0), (0, 0, bad)):
+            with pytest.raises(ValueError):
+                record_rng(*args)
 
 
 def test_which_transforms_get_a_step_info(store):

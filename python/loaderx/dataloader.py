@@ -9,10 +9,16 @@ so ``state_dict()`` / ``load_state_dict()`` resume exactly. See docs/loader.md.
 ``Loader`` holds the configuration; the step state and the worker threads live in
 its one ``LoaderIterator``, which ``iter(loader)`` returns every time.
 
-A transform that takes a second argument gets a ``StepInfo``: the step, the global
-batch's positions and a random generator derived from the loader's seed and the
-step alone, so that random augmentation is the same with any number of workers
-and after a resume.
+A transform that takes a second argument gets a ``StepInfo``: the step, the
+positions this process gathered and random generators derived from the loader's
+seed, the step and (per record) the record's place in the global batch, so that
+random augmentation is the same with any number of workers, after a resume and,
+per record, with any number of processes.
+
+With several processes (data-parallel training), every process draws the same
+global batch and gathers only its contiguous slice; its bindings split that
+slice. The process's rank and the process count come from the arguments, else
+from a JAX or torch.distributed runtime that is already initialised, else 0 of 1.
 """
 
 from __future__ import annotations
@@ -21,10 +27,11 @@ import atexit
 import inspect
 import numbers
 import os
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Generic, NoReturn, TypeAlias, TypeVar, cast, overload
+from typing import Any, Generic, NoReturn, TypeAlias, TypeVar, cast, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -41,7 +48,7 @@ from .protocols import (
 )
 from .sampler import Sampler
 
-__all__ = ["Loader", "LoaderIterator", "STATE_VERSION", "StepInfo", "step_rng"]
+__all__ = ["Loader", "LoaderIterator", "STATE_VERSION", "StepInfo", "record_rng", "step_rng"]
 
 STATE_VERSION = 3
 _MAX_SEED = 2**64 - 1
@@ -67,22 +74,68 @@ def step_rng(seed: int, step: int) -> np.random.Generator:
     return np.random.Generator(np.random.Philox(key=s | t << 64))
 
 
+def record_rng(seed: int, step: int, index: int) -> np.random.Generator:
+    """The random generator of the record at place `index` of the global batch of
+    `step` (``0 <= index < batch size``), for a loader with `seed`: NumPy's
+    Philox4x64-10 with the key of ``step_rng(seed, step)`` and the 256-bit counter
+    starting at the words ``(0, index, 1, 0)``. Its stream never meets the step's
+    (whose counter's third word is 0) nor another record's (another second word)
+    before 2**64 blocks, and it depends on nothing but the three numbers: not on
+    the processes, the bindings or the workers that share the batch."""
+    s = check_int(seed, "seed", 0, _MAX_SEED)
+    t = check_int(step, "step", 0, _MAX_SEED)
+    i = check_int(index, "index", 0, _MAX_SEED)
+    return np.random.Generator(np.random.Philox(key=s | t << 64, counter=i << 64 | 1 << 128))
+
+
 class StepInfo:
     """What a two-argument transform receives with each step's shards.
 
-    ``step`` is the step number (the one ``state_dict()`` counts), ``positions``
-    the global batch the sampler drew for it (a read-only copy, before the split
-    into bindings), and ``rng`` a NumPy Generator derived from the loader's seed
-    and the step only (``step_rng(seed, step)``), created on first use."""
+    ``step`` is the step number (the one ``state_dict()`` counts); ``positions``
+    the part of the sampler's global batch this process gathered (a read-only
+    copy, before the split into bindings: the whole batch with one process);
+    ``offset`` the place of ``positions[0]`` in the global batch and
+    ``batch_size`` the global batch's size; ``process_index`` and
+    ``process_count`` the loader's. ``rng`` is a NumPy Generator derived from the
+    loader's seed and the step only (``step_rng(seed, step)``, the same in every
+    process), created on first use; ``record_rng(j)`` one for the record at
+    ``positions[j]``, derived from the seed, the step and ``offset + j``."""
 
-    __slots__ = ("step", "positions", "_seed", "_rng")
+    __slots__ = (
+        "step",
+        "positions",
+        "offset",
+        "batch_size",
+        "process_index",
+        "process_count",
+        "_seed",
+        "_rng",
+    )
 
     step: int
     positions: npt.NDArray[np.integer]
+    offset: int
+    batch_size: int
+    process_index: int
+    process_count: int
 
-    def __init__(self, step: int, positions: npt.NDArray[np.integer], seed: int) -> None:
+    def __init__(
+        self,
+        step: int,
+        positions: npt.NDArray[np.integer],
+        seed: int,
+        *,
+        offset: int = 0,
+        batch_size: int | None = None,
+        process_index: int = 0,
+        process_count: int = 1,
+    ) -> None:
         self.step = step
         self.positions = positions
+        self.offset = offset
+        self.batch_size = len(positions) if batch_size is None else batch_size
+        self.process_index = process_index
+        self.process_count = process_count
         self._seed = seed
         self._rng: np.random.Generator | None = None
 
@@ -98,8 +151,80 @@ class StepInfo:
             self._rng = step_rng(self._seed, self.step)
         return self._rng
 
+    def record_rng(self, j: int) -> np.random.Generator:
+        """A new generator for the record at ``positions[j]``:
+        ``record_rng(seed, step, offset + j)``. It is the same for that record of
+        the global batch with any number of processes, bindings or workers."""
+        n = len(self.positions)
+        i = check_int(j, "j", 0)
+        if i >= n:
+            raise InvalidArgumentError(f"j must be in 0..{n - 1} (this step's positions), got {i}")
+        return record_rng(self._seed, self.step, self.offset + i)
+
     def __repr__(self) -> str:
-        return f"StepInfo(step={self.step}, positions={len(self.positions)}, seed={self._seed})"
+        where = ""
+        if self.process_count != 1:
+            where = (
+                f", offset={self.offset}, batch_size={self.batch_size}, "
+                f"process={self.process_index}/{self.process_count}"
+            )
+        return (
+            f"StepInfo(step={self.step}, positions={len(self.positions)}{where}, seed={self._seed})"
+        )
+
+
+def _runtime_process() -> tuple[int, int, str] | None:
+    """(rank, count, which runtime) from a JAX or torch.distributed runtime that is
+    initialised, or None. Looks only at modules already imported: importing a
+    framework to learn that it is not in use would cost seconds, and JAX would
+    claim devices on import of its backends."""
+    # Any: duck-typed access to modules this package does not depend on.
+    jax: Any = sys.modules.get("jax")
+    if jax is not None:
+        initialized: object = getattr(getattr(jax, "distributed", None), "is_initialized", None)
+        if callable(initialized) and initialized():
+            index: object = jax.process_index()
+            count: object = jax.process_count()
+            return _runtime_int(index, "jax"), _runtime_int(count, "jax"), "jax"
+    dist: Any = sys.modules.get("torch.distributed")
+    if dist is not None:
+        available: object = getattr(dist, "is_available", None)
+        initialized = getattr(dist, "is_initialized", None)
+        if callable(available) and available() and callable(initialized) and initialized():
+            rank: object = dist.get_rank()
+            world: object = dist.get_world_size()
+            return _runtime_int(rank, "torch"), _runtime_int(world, "torch"), "torch.distributed"
+    return None
+
+
+def _runtime_int(value: object, runtime: str) -> int:
+    v = _exact_int(value)
+    if v is None or v < 0:
+        raise RuntimeError(f"{runtime} reported the process rank or count {value!r}")
+    return v
+
+
+def _process(index: object, count: object) -> tuple[int, int, str]:
+    """The loader's (process_index, process_count, where they came from)."""
+    if index is None and count is None:
+        found = _runtime_process()
+        if found is None:
+            return 0, 1, "default"
+        i, n, source = found
+    elif index is None or count is None:
+        names = ("process_index", "process_count")
+        given, missing = names if count is None else names[::-1]
+        raise InvalidArgumentError(
+            f"{given} is given but {missing} is not; give both, or neither to take them "
+            "from an initialised JAX or torch.distributed runtime"
+        )
+    else:
+        i = check_int(index, "process_index", 0)
+        n = check_int(count, "process_count", 1)
+        source = "arguments"
+    if i >= n:
+        raise InvalidArgumentError(f"process_index {i} is not below process_count {n} ({source})")
+    return i, n, source
 
 
 def _takes_step(transform: Callable[..., object]) -> bool:
@@ -188,6 +313,12 @@ def _batch_size(sampler: IndexSampler) -> int | None:
     if isinstance(sampler, SizedSampler):
         return _exact_int(sampler.batch_size)
     return None
+
+
+def _split(processes: int, bindings: int) -> str:
+    if processes == 1:
+        return f"{bindings} bindings"
+    return f"{processes} processes x {bindings} bindings = {processes * bindings}"
 
 
 def _exact_int(value: object) -> int | None:
@@ -337,6 +468,7 @@ class _Pipeline(Generic[B, T]):
         workers: int,
         prefetch: int,
         seed: int,
+        process: tuple[int, int, str],
     ) -> None:
         self.streams = streams
         self.sampler = sampler
@@ -345,6 +477,7 @@ class _Pipeline(Generic[B, T]):
         self.workers = workers
         self.prefetch = prefetch
         self.seed = seed
+        self.process_index, self.process_count, self.process_source = process
         self.cond = threading.Condition(threading.Lock())
         self.draw = threading.Lock()  # serializes draw and gather across workers
         self.claimed = 0  # next step a worker will draw
@@ -371,13 +504,17 @@ class _Pipeline(Generic[B, T]):
             # Readers gather from 64-bit positions; a sampler's narrower or strided
             # positions are widened once here (the values never change).
             idx = np.ascontiguousarray(idx, np.uint64 if idx.dtype.kind == "u" else np.int64)
-        positions = cast("Positions", idx)
-        b, k = len(positions), self.streams.width
-        if b % k:
+        b, k, n = len(idx), self.streams.width, self.process_count
+        if b % (n * k):
             raise InvalidArgumentError(
-                f"the sampler's batch of {b} does not divide by {k} bindings"
+                f"the sampler's batch of {b} does not divide by {_split(n, k)}"
             )
-        per = b // k
+        # This process's contiguous slice of the global batch, a view like the
+        # bindings' parts of it.
+        local = b // n
+        offset = self.process_index * local
+        positions = cast("Positions", idx[offset : offset + local])
+        per = local // k
         shards = [
             {
                 name: readers[i].gather(positions[i * per : (i + 1) * per])
@@ -391,7 +528,15 @@ class _Pipeline(Generic[B, T]):
             # come before this step's transform runs.
             own = positions.copy()
             own.flags.writeable = False
-            info = StepInfo(step, own, self.seed)
+            info = StepInfo(
+                step,
+                own,
+                self.seed,
+                offset=offset,
+                batch_size=b,
+                process_index=self.process_index,
+                process_count=n,
+            )
         return shards, info
 
     def finish(self, shards: Shards[B], info: StepInfo | None) -> T:
@@ -668,7 +813,14 @@ class Loader(Generic[B, T]):
     with exactly two required positional parameters is called as
     ``transform(shards, step)`` with a ``StepInfo``, whose ``rng`` derives from
     ``seed`` and the step alone: random augmentation then repeats exactly with any
-    number of workers and after a resume."""
+    number of workers and after a resume.
+
+    ``process_index`` and ``process_count`` (both or neither) make this loader
+    gather only slice ``process_index`` of ``process_count`` equal, contiguous
+    slices of every global batch. Neither given: they come from an initialised
+    JAX distributed runtime, else an initialised ``torch.distributed`` process
+    group, else 0 and 1; no framework is imported to find out. The resume state
+    does not depend on them, so a run resumes on another number of processes."""
 
     @overload
     def __init__(
@@ -680,6 +832,8 @@ class Loader(Generic[B, T]):
         workers: int = 4,
         prefetch: int = 4,
         seed: int = 0,
+        process_index: int | None = None,
+        process_count: int | None = None,
     ) -> None: ...
 
     @overload
@@ -692,6 +846,8 @@ class Loader(Generic[B, T]):
         workers: int = 4,
         prefetch: int = 4,
         seed: int = 0,
+        process_index: int | None = None,
+        process_count: int | None = None,
     ) -> None: ...
 
     @overload
@@ -704,6 +860,8 @@ class Loader(Generic[B, T]):
         workers: int = 4,
         prefetch: int = 4,
         seed: int = 0,
+        process_index: int | None = None,
+        process_count: int | None = None,
     ) -> None: ...
 
     def __init__(
@@ -715,22 +873,27 @@ class Loader(Generic[B, T]):
         workers: int = 4,
         prefetch: int = 4,
         seed: int = 0,
+        process_index: int | None = None,
+        process_count: int | None = None,
     ) -> None:
         checked: _Streams[B] = _Streams(streams)
         if not _is_sampler(sampler):
             raise TypeError("sampler must have a next() method returning a 1-D uint64 array")
+        process = _process(process_index, process_count)
+        n = process[1]
         batch = _batch_size(sampler)
-        if batch is not None and batch % checked.width:
+        if batch is not None and batch % (n * checked.width):
             raise InvalidArgumentError(
-                f"the sampler's batch size {batch} does not divide by the {checked.width} "
-                f"bindings of stream {checked.names[0]!r}"
+                f"the sampler's batch size {batch} does not divide by the "
+                f"{_split(n, checked.width)} of stream {checked.names[0]!r}"
+                + (f" (process count from {process[2]})" if n != 1 else "")
             )
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable, got {type(transform).__name__}")
         w = check_int(workers, "workers", 0)
         p = check_int(prefetch, "prefetch", 1)
         s = check_int(seed, "seed", 0, _MAX_SEED)
-        self._pipeline = _Pipeline(checked, sampler, transform, w, p, s)
+        self._pipeline = _Pipeline(checked, sampler, transform, w, p, s, process)
         self._iterator = LoaderIterator(self._pipeline)
 
     @property
@@ -745,6 +908,16 @@ class Loader(Generic[B, T]):
     def seed(self) -> int:
         """The seed of a two-argument transform's random generators (``StepInfo``)."""
         return self._pipeline.seed
+
+    @property
+    def process_index(self) -> int:
+        """Which contiguous slice of every global batch this process gathers."""
+        return self._pipeline.process_index
+
+    @property
+    def process_count(self) -> int:
+        """How many slices every global batch is split into, one per process."""
+        return self._pipeline.process_count
 
     def __iter__(self) -> LoaderIterator[B, T]:
         if self._iterator.closed:
@@ -793,5 +966,7 @@ class Loader(Generic[B, T]):
         p = self._pipeline
         return (
             f"Loader(streams={p.streams.names}, bindings={p.streams.width}, "
-            f"workers={p.workers}, prefetch={p.prefetch}, seed={p.seed}, step={p.delivered})"
+            f"workers={p.workers}, prefetch={p.prefetch}, seed={p.seed}, step={p.delivered}"
+            + (f", process={p.process_index}/{p.process_count}" if p.process_count != 1 else "")
+            + ")"
         )
