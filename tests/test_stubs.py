@@ -273,6 +273,10 @@ def exercise_store(nat: Native, root: pathlib.Path, codec: str, dictionary: byte
     assert nat.call(dense, "attrs") is None
     assert nat.call(dense, "dictionary") == dictionary
     nat.call(dense, "verify")
+    nat.call(dense, "verify_files")
+    nat.call(dense, "verify_records", 2, 7)
+    logical, stored = nat.call(dense, "record_sizes", 1, 4)
+    assert logical.tolist() == [24, 24, 24] and logical.dtype == stored.dtype == np.uint64
     batch = nat.call(dense, "gather_dense", np.array([4, 0, 4], dtype=np.int64), host)
     one = nat.call(dense, "get_dense", 7, host)
     assert (np.from_dlpack(batch) == DENSE[[4, 0, 4]]).all()
@@ -445,8 +449,8 @@ def test_constants_have_their_annotated_types():
     constants = stub_constants(STUB)
     assert set(constants) == {
         "DTYPES", "CODECS", "FORMAT_VERSION", "DEFAULT_DATA_SHARDS", "MAX_DATA_SHARDS",
-        "MAX_NDIM", "MAX_RECORD_BYTES", "ZSTD_LEVEL", "ALIGN", "DEFAULT_IDLE_LIMIT",
-        "DL_CPU", "DL_CUDA", "DL_ROCM",
+        "MAX_NDIM", "MAX_RECORD_BYTES", "MAX_ATTRS_BYTES", "ZSTD_LEVEL", "ALIGN",
+        "DEFAULT_IDLE_LIMIT", "DL_CPU", "DL_CUDA", "DL_ROCM",
     }  # fmt: skip
     for name, annotation in constants.items():
         assert mismatch(getattr(_native, name), annotation, STUB, None) == "", name

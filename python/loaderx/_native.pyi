@@ -19,6 +19,7 @@ DEFAULT_DATA_SHARDS: int
 MAX_DATA_SHARDS: int
 MAX_NDIM: int
 MAX_RECORD_BYTES: int
+MAX_ATTRS_BYTES: int
 ZSTD_LEVEL: int
 ALIGN: int
 DEFAULT_IDLE_LIMIT: int
@@ -124,6 +125,11 @@ class Store:
         self, idx: _Positions, allocator: Placement
     ) -> tuple[DLTensor, DLTensor, DLTensor]: ...
     def verify(self) -> None: ...
+    def verify_files(self) -> None: ...
+    def verify_records(self, start: int, stop: int) -> None: ...
+    def record_sizes(
+        self, start: int, stop: int
+    ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]: ...
     def dictionary(self) -> bytes | None: ...
 
 @final
@@ -136,6 +142,7 @@ class Writer:
         codec: str,
         data_shards: int,
         dict: bytes | None = None,
+        attrs: bytes | None = None,
     ) -> Writer: ...
     @staticmethod
     def create_ragged(
@@ -145,6 +152,7 @@ class Writer:
         codec: str,
         data_shards: int,
         dict: bytes | None = None,
+        attrs: bytes | None = None,
     ) -> Writer: ...
     def append_dense(self, data: _HostArray, n: int, release_source: bool = False) -> None: ...
     def append_ragged(

@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import json
+import math
 import numbers
 import operator
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import numpy as np
 
 from . import _native
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, ZrecordError
 
 if TYPE_CHECKING:
     import numpy.typing as npt
 
 CODECS: tuple[str, ...] = _native.CODECS
 MAX_SHARDS: int = _native.MAX_DATA_SHARDS
+MAX_ATTRS_BYTES: int = _native.MAX_ATTRS_BYTES
 
 # The element types a store holds, by NumPy name: exactly those DLPack represents
 # without loss, as the format defines them. `bfloat16` and the float8 types are
@@ -114,3 +117,88 @@ def check_codec(codec: object, dict_bytes: object) -> bytes | None:
     if not isinstance(dict_bytes, (bytes, bytearray, memoryview)):
         raise TypeError(f"dict_bytes must be bytes, got {type(dict_bytes).__name__}")
     return bytes(cast("bytes | bytearray | memoryview[int]", dict_bytes))
+
+
+def _check_json(value: object, where: str, active: list[int]) -> None:
+    """Refuses anything in `value` that would not read back from JSON equal to
+    itself: a type other than dict, list, str, int, float, bool and None (NumPy
+    scalars other than float64, tuples and sets among them), a dict key that is
+    not a str, a float that is not finite, and a container inside itself."""
+    kind: type[object] = type(value)
+    ident = id(value)
+    if value is None or isinstance(value, (str, int)):  # bool is an int
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidArgumentError(
+                f"{where} is {value!r}; JSON has no NaN or infinity, so attrs cannot hold it"
+            )
+        return
+    if not isinstance(value, (dict, list)):
+        hint = " (use a list)" if isinstance(value, (tuple, set, frozenset)) else ""
+        raise TypeError(
+            f"{where} is a {kind.__module__}.{kind.__qualname__}; attrs hold "
+            f"only dict (str keys), list, str, int, float, bool and None{hint}"
+        )
+    if ident in active:
+        raise InvalidArgumentError(f"{where} contains itself; attrs must be a tree")
+    active.append(ident)
+    if isinstance(value, dict):
+        for k, v in cast("dict[object, object]", value).items():
+            if not isinstance(k, str):
+                raise TypeError(
+                    f"{where} has the key {k!r} of type {type(k).__name__}; "
+                    "attrs keys must be str (JSON would turn it into a string)"
+                )
+            _check_json(v, f"{where}[{k!r}]", active)
+    else:
+        for i, v in enumerate(cast("list[object]", value)):
+            _check_json(v, f"{where}[{i}]", active)
+    active.pop()
+
+
+def encode_attrs(attrs: object) -> bytes | None:
+    """`attrs` (a dict of str keys and JSON values) as the bytes a store keeps;
+    None for None or an empty dict, which a store keeps as no attributes. Refuses,
+    naming the place, anything that would not read back equal, and more than
+    ``MAX_ATTRS_BYTES`` of JSON."""
+    if attrs is None:
+        return None
+    if not isinstance(attrs, dict):
+        raise TypeError(f"attrs must be a dict with str keys, got {type(attrs).__name__}")
+    attrs = cast("dict[object, object]", attrs)
+    _check_json(attrs, "attrs", [])
+    if not attrs:
+        return None
+    raw = json.dumps(attrs, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    if len(raw) > MAX_ATTRS_BYTES:
+        raise InvalidArgumentError(
+            f"attrs take {len(raw):,} bytes of JSON; a store keeps at most {MAX_ATTRS_BYTES:,}"
+        )
+    return raw
+
+
+def _no_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not JSON")
+
+
+def decode_attrs(raw: bytes | None, path: str) -> dict[str, Any]:
+    """A fresh dict of the attributes a store keeps (`raw`, None for none).
+    ZrecordError when they are not a JSON object (the store was not written by
+    loaderx: the header's checksum already guarantees the bytes are the ones
+    written)."""
+    if raw is None:
+        return {}
+    try:
+        value = json.loads(raw.decode(), parse_constant=_no_constant)
+    except ValueError as e:  # UnicodeDecodeError and JSONDecodeError included
+        err = ZrecordError(f"{path}: the attributes are not JSON: {e}")
+        err.path = path
+        raise err from None
+    if not isinstance(value, dict):
+        err = ZrecordError(
+            f"{path}: the attributes are a JSON {type(value).__name__}, not an object"
+        )
+        err.path = path
+        raise err
+    return cast("dict[str, Any]", value)

@@ -40,12 +40,15 @@ from typing import (
 import numpy as np
 
 from . import _native, errors
+from . import progress as _progress
 from ._schema import (
     MAX_SHARDS,
     check_codec,
     check_dtype,
     check_int,
     check_item_shape,
+    decode_attrs,
+    encode_attrs,
     numpy_dtype,
 )
 from .errors import InvalidArgumentError
@@ -56,6 +59,7 @@ if TYPE_CHECKING:
     from typing_extensions import CapsuleType, Self
 
     from .allocator import Allocator
+    from .progress import ProgressArg
 
 __all__ = [
     "ConcatResult",
@@ -85,6 +89,10 @@ saying to use the framework's ``from_dlpack``.
 """
 
 _DL_CPU: int = _native.DL_CPU
+# Records whose sizes one call reads from the index (16 bytes each), and the
+# stored bytes one step of a verify with progress checks.
+_INDEX_STEP = 1 << 20
+_VERIFY_STEP_BYTES = 64 << 20
 
 
 class SupportsDLPack(Protocol):
@@ -339,6 +347,12 @@ class _Reader(ABC, Generic[_BatchT]):
         return self._store().data_shards
 
     @property
+    def attrs(self) -> dict[str, Any]:
+        """The attributes given at creation (``{}`` for none), as a fresh dict on
+        every access: changing it does not change the store, which is immutable."""
+        return decode_attrs(self._store().attrs(), self._where)
+
+    @property
     def allocator(self) -> Allocator:
         """Where this reader's outputs land: the allocator it was bound to, or, for
         a root reader, the host.Allocator it creates on first use."""
@@ -376,10 +390,36 @@ class _Reader(ABC, Generic[_BatchT]):
     @abstractmethod
     def _many(self, store: _native.Store, pos: Positions) -> _BatchT: ...
 
-    def verify(self) -> None:
+    def verify(self, *, progress: ProgressArg = False) -> None:
         """Reads every record and checks it against its checksum; raises
-        ZrecordError naming the file and record of the first damaged one."""
-        self._store().verify()
+        ZrecordError naming the file and record of the first damaged one.
+        `progress` reports the stored bytes checked (see ``loaderx.progress``)."""
+        store = self._store()
+        if progress is None or progress is False:
+            store.verify()
+            return
+        store.verify_files()
+        total = 0
+        for start in range(0, self._len, _INDEX_STEP):
+            total += int(store.record_sizes(start, min(start + _INDEX_STEP, self._len))[1].sum())
+        with _progress.task(
+            f"verify {self._path}", total=total, unit="bytes", progress=progress
+        ) as p:
+            for start in range(0, self._len, _INDEX_STEP):
+                stop = min(start + _INDEX_STEP, self._len)
+                ends = np.cumsum(store.record_sizes(start, stop)[1])
+                # Steps of about _VERIFY_STEP_BYTES, and at least one record each.
+                cuts = np.searchsorted(
+                    ends, np.arange(_VERIFY_STEP_BYTES, int(ends[-1]), _VERIFY_STEP_BYTES)
+                )
+                a, done = start, 0
+                for b in [*np.unique(cuts + 1 + start).tolist(), stop]:
+                    if b <= a:
+                        continue
+                    store.verify_records(a, b)
+                    now = int(ends[b - start - 1])
+                    p.advance(now - done)
+                    a, done = b, now
 
     def append(self, data: object) -> NoReturn:
         raise ModeError(
@@ -539,11 +579,12 @@ def _create_args(
     codec: str,
     data_shards: int,
     dict_bytes: bytes | None,
-) -> tuple[str, np.dtype, int, bytes | None]:
+    attrs: dict[str, Any] | None,
+) -> tuple[str, np.dtype, int, bytes | None, bytes | None]:
     p = _fspath(path)
     dt = check_dtype(dtype)
     shards = check_int(data_shards, "data_shards", 1, MAX_SHARDS)
-    return p, dt, shards, check_codec(codec, dict_bytes)
+    return p, dt, shards, check_codec(codec, dict_bytes), encode_attrs(attrs)
 
 
 class DenseWriter(_Writer):
@@ -657,11 +698,14 @@ class Dense(_Reader[DLTensor]):
         codec: str,
         data_shards: int = 4,
         dict_bytes: bytes | None = None,
+        attrs: dict[str, Any] | None = None,
     ) -> DenseWriter:
-        """Starts a new Dense store at `path`, which must not exist."""
-        p, dt, shards, dct = _create_args(path, dtype, codec, data_shards, dict_bytes)
+        """Starts a new Dense store at `path`, which must not exist. `attrs`, a
+        dict of str keys and JSON values (class names, a tokenizer, the source),
+        is stored with it and read back as ``reader.attrs``."""
+        p, dt, shards, dct, att = _create_args(path, dtype, codec, data_shards, dict_bytes, attrs)
         shape = check_item_shape(item_shape)
-        native = _native.Writer.create_dense(p, dt.name, list(shape), codec, shards, dct)
+        native = _native.Writer.create_dense(p, dt.name, list(shape), codec, shards, dct, att)
         return DenseWriter(native, p, dt, shape, codec, shards)
 
     @property
@@ -942,11 +986,13 @@ class Ragged(_Reader[RaggedBatch]):
         codec: str,
         data_shards: int = 4,
         dict_bytes: bytes | None = None,
+        attrs: dict[str, Any] | None = None,
     ) -> RaggedWriter:
-        """Starts a new Ragged store at `path`, which must not exist."""
-        p, dt, shards, dct = _create_args(path, dtype, codec, data_shards, dict_bytes)
+        """Starts a new Ragged store at `path`, which must not exist. `attrs` is
+        stored with it, as for ``Dense.create``."""
+        p, dt, shards, dct, att = _create_args(path, dtype, codec, data_shards, dict_bytes, attrs)
         nd = check_int(ndim, "ndim", 0)
-        native = _native.Writer.create_ragged(p, dt.name, nd, codec, shards, dct)
+        native = _native.Writer.create_ragged(p, dt.name, nd, codec, shards, dct, att)
         return RaggedWriter(native, p, dt, nd, codec, shards)
 
     @property

@@ -30,3 +30,8 @@ pub fn records(
 pub fn verify(store: &Store) -> Result<()> {
     Ok(store.verify(&THREADS)?)
 }
+
+/// [`verify`] of the records in `range` only (see [`Store::verify_records`]).
+pub fn verify_records(store: &Store, range: std::ops::Range<u64>) -> Result<()> {
+    Ok(store.verify_records(range, &THREADS)?)
+}

@@ -23,6 +23,7 @@ fn constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_DATA_SHARDS", zrecord::MAX_DATA_SHARDS)?;
     m.add("MAX_NDIM", zrecord::MAX_NDIM)?;
     m.add("MAX_RECORD_BYTES", zrecord::MAX_RECORD_BYTES)?;
+    m.add("MAX_ATTRS_BYTES", zrecord::MAX_ATTRS_BYTES)?;
     m.add("ZSTD_LEVEL", zrecord::ZSTD_LEVEL)?;
     m.add("ALIGN", zrecord::ALIGN)?;
     m.add("DEFAULT_IDLE_LIMIT", loaderx_gather::DEFAULT_IDLE_LIMIT)?;

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use loaderx_gather::{gather, THREADS};
-use numpy::{PyArrayDescrMethods, PyReadonlyArray1, PyUntypedArray, PyUntypedArrayMethods};
+use numpy::{
+    PyArray1, PyArrayDescrMethods, PyReadonlyArray1, PyUntypedArray, PyUntypedArrayMethods,
+};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -75,6 +77,9 @@ fn positions(idx: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
         "positions must be a contiguous 1-D int64 or uint64 array",
     ))
 }
+
+/// Per-record logical and stored byte counts.
+type SizeArrays<'py> = (Bound<'py, PyArray1<u64>>, Bound<'py, PyArray1<u64>>);
 
 #[pyclass(module = "loaderx._native", name = "Store", frozen)]
 pub struct PyStore {
@@ -247,6 +252,52 @@ impl PyStore {
         py.detach(|| gather::verify(store)).py_err()
     }
 
+    /// The part of `verify` that is not per record: the index checksum and the
+    /// data files' sizes.
+    fn verify_files(&self, py: Python<'_>) -> PyResult<()> {
+        let store = &self.store;
+        py.detach(|| store.verify_files()).py_err()
+    }
+
+    /// `verify` of records `start..stop` only.
+    fn verify_records(&self, py: Python<'_>, start: u64, stop: u64) -> PyResult<()> {
+        let store = &self.store;
+        py.detach(|| gather::verify_records(store, start..stop))
+            .py_err()
+    }
+
+    /// The logical and stored byte counts of records `start..stop`, from the
+    /// index alone, as two uint64 arrays.
+    fn record_sizes<'py>(
+        &self,
+        py: Python<'py>,
+        start: u64,
+        stop: u64,
+    ) -> PyResult<SizeArrays<'py>> {
+        let store = &self.store;
+        let (logical, stored) = py
+            .detach(|| {
+                let n = usize::try_from(stop.saturating_sub(start)).unwrap_or(usize::MAX);
+                let n = n.min(usize::try_from(store.len()).unwrap_or(usize::MAX));
+                let oom = |_| zrecord::Error::OutOfMemory {
+                    bytes: n.saturating_mul(8),
+                };
+                let (mut logical, mut stored) = (Vec::new(), Vec::new());
+                logical.try_reserve_exact(n).map_err(oom)?;
+                stored.try_reserve_exact(n).map_err(oom)?;
+                store.record_sizes(start..stop, |l, s| {
+                    logical.push(l);
+                    stored.push(s);
+                })?;
+                Ok::<_, zrecord::Error>((logical, stored))
+            })
+            .py_err()?;
+        Ok((
+            PyArray1::from_vec(py, logical),
+            PyArray1::from_vec(py, stored),
+        ))
+    }
+
     /// The `zstd_dict` dictionary, or None.
     fn dictionary<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
         let store = &self.store;
@@ -281,9 +332,17 @@ impl PyWriter {
         path: PathBuf,
         schema: Schema,
         dict: Option<Vec<u8>>,
+        attrs: Option<Vec<u8>>,
     ) -> PyResult<Self> {
         let w = py
-            .detach(|| Writer::create(&path, schema, dict.as_deref()))
+            .detach(|| {
+                let mut w = Writer::create(&path, schema, dict.as_deref())?;
+                if let Some(a) = attrs {
+                    // A refusal drops the writer, which removes its build directory.
+                    w.set_attrs(&a)?;
+                }
+                Ok::<_, zrecord::Error>(w)
+            })
             .py_err()?;
         Ok(PyWriter {
             inner: Mutex::new(Some(w)),
@@ -302,7 +361,8 @@ fn source(release: bool) -> Source {
 #[pymethods]
 impl PyWriter {
     #[staticmethod]
-    #[pyo3(signature = (path, dtype, item_shape, codec, data_shards, dict=None))]
+    #[allow(clippy::too_many_arguments)] // Python's keyword arguments, one to one
+    #[pyo3(signature = (path, dtype, item_shape, codec, data_shards, dict=None, attrs=None))]
     fn create_dense(
         py: Python<'_>,
         path: PathBuf,
@@ -311,6 +371,7 @@ impl PyWriter {
         codec: &str,
         data_shards: u8,
         dict: Option<Vec<u8>>,
+        attrs: Option<Vec<u8>>,
     ) -> PyResult<Self> {
         let schema = Schema::dense(
             parse_dtype(dtype)?,
@@ -319,11 +380,12 @@ impl PyWriter {
             data_shards,
         )
         .py_err()?;
-        Self::start(py, path, schema, dict)
+        Self::start(py, path, schema, dict, attrs)
     }
 
     #[staticmethod]
-    #[pyo3(signature = (path, dtype, ndim, codec, data_shards, dict=None))]
+    #[allow(clippy::too_many_arguments)] // Python's keyword arguments, one to one
+    #[pyo3(signature = (path, dtype, ndim, codec, data_shards, dict=None, attrs=None))]
     fn create_ragged(
         py: Python<'_>,
         path: PathBuf,
@@ -332,10 +394,11 @@ impl PyWriter {
         codec: &str,
         data_shards: u8,
         dict: Option<Vec<u8>>,
+        attrs: Option<Vec<u8>>,
     ) -> PyResult<Self> {
         let schema =
             Schema::ragged(parse_dtype(dtype)?, ndim, parse_codec(codec)?, data_shards).py_err()?;
-        Self::start(py, path, schema, dict)
+        Self::start(py, path, schema, dict, attrs)
     }
 
     /// Appends `n` Dense records from a C-contiguous array or host DLTensor.

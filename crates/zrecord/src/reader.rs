@@ -11,6 +11,7 @@
 
 use std::fs::File;
 use std::io::Read;
+use std::ops::Range;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -847,6 +848,13 @@ impl Store {
     /// file. Decoding scratch is sized from what a frame can really hold, so a
     /// store whose schema claims huge records cannot make this allocate them.
     pub fn verify(&self, par: &dyn Parallel) -> Result<()> {
+        self.verify_files()?;
+        self.verify_records(0..self.len(), par)
+    }
+
+    /// The part of [`Store::verify`] that is not per record: the whole index
+    /// against its checksum, and every data file still at its published size.
+    pub fn verify_files(&self) -> Result<()> {
         let index = self.index.as_deref().unwrap_or(&[]);
         if xxh3_64(index) != self.header.index_xxh3 {
             return Err(Error::corrupt(
@@ -863,11 +871,18 @@ impl Store {
                 ));
             }
         }
-        let n = self.len();
+        Ok(())
+    }
+
+    /// The per-record part of [`Store::verify`] for the records in `range`, so
+    /// that a caller can verify a large store in steps and report progress.
+    pub fn verify_records(&self, range: Range<u64>, par: &dyn Parallel) -> Result<()> {
+        self.check_range(&range)?;
+        let n = range.end - range.start;
         let parts = par.parts(usize::MAX, true).max(1) as u64;
         let per = n.div_ceil(parts).max(1);
         let ranges: Vec<_> = (0..parts)
-            .map(|k| (k * per).min(n)..((k + 1) * per).min(n))
+            .map(|k| range.start + (k * per).min(n)..range.start + ((k + 1) * per).min(n))
             .filter(|r| !r.is_empty())
             .collect();
         run_parts(par, ranges, |range| {
@@ -890,6 +905,31 @@ impl Store {
             }
             Ok(())
         })
+    }
+
+    /// Calls `each(logical, stored)` with the logical and stored byte counts of
+    /// every record in `range`, in position order, from the index alone (no data
+    /// is read). Each entry is checked as a gather checks it, so a damaged index
+    /// is an error naming the record rather than a wrong size.
+    pub fn record_sizes(&self, range: Range<u64>, mut each: impl FnMut(u64, u64)) -> Result<()> {
+        self.check_range(&range)?;
+        for i in range {
+            let (e, logical) = self.checked_entry(i)?;
+            each(logical, u64::from(e.stored_len));
+        }
+        Ok(())
+    }
+
+    fn check_range(&self, range: &Range<u64>) -> Result<()> {
+        if range.start > range.end || range.end > self.len() {
+            return Err(Error::InvalidArgument(format!(
+                "records {}..{} are not a range inside 0..{}",
+                range.start,
+                range.end,
+                self.len()
+            )));
+        }
+        Ok(())
     }
 }
 
