@@ -334,6 +334,12 @@ def exercise_sampler(nat: Native) -> None:
     assert nat.call(s, "__next__").tolist() == [4, 5, 6, 7]
     nat.call(s, "seek", 5)
     assert nat.call(s, "_state") == (10, 4, 0, 7, 5)
+    m = nat.call(_native.MixtureSampler, "__new__", [(0, 3), (10, 12)], [1, 0.0], 4, [0, 1], 7)
+    assert nat.call(m, "__iter__") is m
+    assert nat.call(m, "next").tolist() == [0, 1, 2, 0]
+    assert nat.call(m, "__next__").tolist() == [1, 2, 0, 1]
+    nat.call(m, "seek", 5)
+    assert nat.call(m, "_state") == ([(0, 3), (10, 12)], [1, 0], 4, [0, 1], 7, 5)
 
 
 def exercise_functions(nat: Native, root: pathlib.Path) -> bytes:

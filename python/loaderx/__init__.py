@@ -2,9 +2,9 @@
 stateless, resumable data loader (``loaderx.sampler``, ``loaderx.dataloader``).
 
 The main names are here too: ``Dense``, ``Ragged``, ``RaggedBatch``, ``DLTensor``,
-``Loader``, ``Sampler`` and every exception of ``loaderx.errors``. The first six
-are imported on first use, so ``import loaderx`` loads neither NumPy nor the
-native extension.
+``Loader``, ``Sampler``, ``MixtureSampler`` and every exception of
+``loaderx.errors``. The first seven are imported on first use, so
+``import loaderx`` loads neither NumPy nor the native extension.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from .errors import *  # noqa: F403 - the exceptions are part of the top-level A
 
 if TYPE_CHECKING:
     from .dataloader import Loader
-    from .sampler import Sampler
+    from .sampler import MixtureSampler, Sampler
     from .zrecord import Dense, DLTensor, Ragged, RaggedBatch
 
 try:
@@ -34,9 +34,19 @@ _LAZY = {
     "RaggedBatch": "zrecord",
     "Loader": "dataloader",
     "Sampler": "sampler",
+    "MixtureSampler": "sampler",
 }
 
-__all__ = ["DLTensor", "Dense", "Loader", "Ragged", "RaggedBatch", "Sampler", "__version__"]
+__all__ = [
+    "DLTensor",
+    "Dense",
+    "Loader",
+    "MixtureSampler",
+    "Ragged",
+    "RaggedBatch",
+    "Sampler",
+    "__version__",
+]
 __all__ += errors.__all__
 
 

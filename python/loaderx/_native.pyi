@@ -4,7 +4,7 @@
 from collections.abc import Callable, Sequence
 from os import PathLike
 from pathlib import Path
-from typing import TypeAlias, final
+from typing import SupportsFloat, SupportsIndex, TypeAlias, final
 
 import numpy as np
 import numpy.typing as npt
@@ -183,6 +183,23 @@ class Sampler:
     def __iter__(self) -> Self: ...
     def seek(self, step: int) -> None: ...
     def _state(self) -> tuple[int, int, int, int, int]: ...
+
+class MixtureSampler:
+    def __new__(
+        cls,
+        ranges: Sequence[tuple[int, int]],
+        weights: Sequence[SupportsFloat | SupportsIndex],
+        batch_size: int,
+        modes: Sequence[int],
+        seed: int,
+    ) -> Self: ...
+    def next(self) -> npt.NDArray[np.uint64]: ...
+    def __next__(self) -> npt.NDArray[np.uint64]: ...
+    def __iter__(self) -> Self: ...
+    def seek(self, step: int) -> None: ...
+    def _state(
+        self,
+    ) -> tuple[list[tuple[int, int]], list[int], int, list[int], int, int]: ...
 
 def check_ragged(
     values: _HostArray, cu_seqlens: _HostArray, shapes: _HostArray, itemsize: int, ndim: int

@@ -1,4 +1,4 @@
-"""The stateless, step-based Sampler.
+"""The stateless, step-based samplers: Sampler and MixtureSampler.
 
 Every batch is a pure function of ``(length, batch_size, mode, seed, step)``: a run
 resumes at any step in O(1) with :meth:`Sampler.seek`, and the same arguments give
@@ -8,15 +8,21 @@ down bit for bit in ``docs/sampler.md``.
 ``next()`` and iteration return the sampler's one reusable ``uint64`` buffer of
 shape ``(batch_size,)``: the same memory every draw, overwritten by the next draw.
 Copy a batch (``batch.copy()``) only if it must outlive the next draw.
+
+:class:`MixtureSampler` draws each batch from several position ranges in given
+proportions, with the same contract; its algorithm is in ``docs/loader.md``,
+section "Mixtures".
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
+from typing import SupportsFloat, SupportsIndex
 
 from loaderx import _native
 
-__all__ = ["Sampler"]
+__all__ = ["MixtureSampler", "Sampler"]
 
 _LAST_STEP = 2**64 - 1
 
@@ -89,3 +95,121 @@ class Sampler(_native.Sampler):
             self.next()
         else:
             self.seek(step)
+
+
+class MixtureSampler(_native.MixtureSampler):
+    """MixtureSampler(ranges, weights, batch_size, mode=Sampler.Mode.IID, seed=0)
+
+    Draws one batch of ``batch_size`` positions per step from several ranges of
+    positions, each range supplying its share ``weight / sum(weights)`` of the
+    slots: exactly, over every ``W`` consecutive slots (``W`` the total of the
+    integer weights), and to within a few slots at any point in between.
+
+    Parameters
+    ----------
+    ranges:
+        A sequence of ``(start, stop)`` pairs of positions, each the half-open
+        range ``[start, stop)``: non-empty, pairwise disjoint, in any order (a
+        concatenated store's parts, or several corpora in one store). For parts of
+        given lengths laid end to end, see :meth:`from_lengths`.
+    weights:
+        One non-negative weight per range, not all zero; only their ratios count.
+        Integers are exact. If any weight is not an integer, every weight is taken
+        as a float and converted exactly to an integer (the largest scaled into
+        ``[2**46, 2**47)``, rounded to nearest). A range of weight 0 is never drawn.
+    batch_size:
+        Positions per batch, an integer in ``[1, 2**32 - 1]``.
+    mode:
+        How each range is traversed: one :class:`Sampler.Mode` for all ranges, or
+        a sequence with one per range. SEQUENTIAL walks the range in order, IID
+        draws uniformly with replacement, CYCLIC visits every position of the
+        range once per pass, in a fresh permutation each pass.
+    seed:
+        An integer in ``[0, 2**64 - 1]``.
+
+    ``next()``, iteration and ``seek(step)`` behave as for :class:`Sampler`;
+    ``batch_size`` is readable. Invalid arguments raise
+    :class:`loaderx.errors.InvalidArgumentError` (a ``ValueError``) or
+    ``TypeError``, with a message that names the argument.
+    """
+
+    __slots__ = ()
+
+    def __new__(
+        cls,
+        ranges: Sequence[tuple[int, int]],
+        weights: Sequence[SupportsFloat | SupportsIndex],
+        batch_size: int,
+        mode: Sampler.Mode | Sequence[Sampler.Mode] = Sampler.Mode.IID,
+        seed: int = 0,
+    ) -> MixtureSampler:
+        ranges = list(ranges)
+        if isinstance(mode, Sampler.Mode):
+            modes = [mode] * len(ranges)
+        elif isinstance(mode, Sequence) and all(isinstance(m, Sampler.Mode) for m in mode):
+            modes = list(mode)
+        else:
+            raise TypeError(
+                f"mode must be a Sampler.Mode or a sequence of them, one per range; got {mode!r}"
+            )
+        return super().__new__(cls, ranges, weights, batch_size, [m.value for m in modes], seed)
+
+    @classmethod
+    def from_lengths(
+        cls,
+        lengths: Sequence[int],
+        weights: Sequence[SupportsFloat | SupportsIndex],
+        batch_size: int,
+        mode: Sampler.Mode | Sequence[Sampler.Mode] = Sampler.Mode.IID,
+        seed: int = 0,
+    ) -> MixtureSampler:
+        """The mixture of parts of the given lengths laid end to end from position
+        0: part ``i`` is ``[sum(lengths[:i]), sum(lengths[:i + 1]))``."""
+        ranges: list[tuple[int, int]] = []
+        start = 0
+        for length in lengths:
+            ranges.append((start, start + length))
+            start += length
+        return cls(ranges, weights, batch_size, mode, seed)
+
+    @property
+    def batch_size(self) -> int:
+        """Positions per batch."""
+        return self._state()[2]
+
+    def _config(self) -> dict[str, object]:
+        """What identifies this sampler's sequence of batches (the Loader stores it
+        in its resume state): the ranges, the integer weights, the batch size, each
+        range's mode name and the seed."""
+        ranges, weights, batch_size, modes, seed, _ = self._state()
+        return {
+            "mixture": [list(r) for r in ranges],
+            "weights": weights,
+            "batch_size": batch_size,
+            "modes": [Sampler.Mode(m).name for m in modes],
+            "seed": seed,
+        }
+
+    def __reduce__(self):
+        ranges, weights, batch_size, modes, seed, step = self._state()
+        return (
+            type(self),
+            (ranges, weights, batch_size, [Sampler.Mode(m) for m in modes], seed),
+            step,
+        )
+
+    def __setstate__(self, step: int) -> None:
+        if step > _LAST_STEP:  # the last step was drawn: restore that condition
+            self.seek(_LAST_STEP)
+            self.next()
+        else:
+            self.seek(step)
+
+    def __repr__(self) -> str:
+        ranges, weights, batch_size, modes, seed, step = self._state()
+        names = [Sampler.Mode(m).name for m in modes]
+        mode = f"Sampler.Mode.{names[0]}" if len(set(names)) == 1 else repr(names)
+        return (
+            f"{type(self).__qualname__}(ranges={ranges!r}, weights={weights!r}, "
+            f"batch_size={batch_size}, mode={mode}, seed={seed}) at step {step}"
+        )

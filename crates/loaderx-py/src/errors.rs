@@ -75,6 +75,11 @@ fn format_error(e: zrecord::Error) -> PyErr {
     }
 }
 
+/// `InvalidArgumentError` (a `ValueError`) with `msg`.
+pub fn invalid_argument(msg: String) -> PyErr {
+    simple("InvalidArgumentError", msg)
+}
+
 /// `OutOfRangeError` with `msg`.
 pub fn out_of_range(msg: String) -> PyErr {
     simple("OutOfRangeError", msg)

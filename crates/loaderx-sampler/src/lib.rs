@@ -13,9 +13,15 @@
 //!   Feistel bijection (cycle walking over the smallest even-bit power-of-two
 //!   domain) to positions `j * batch + i` of that cycle.
 //!
+//! [`Mixture`] draws each batch from several disjoint position ranges in given
+//! proportions, traversing each range with one of these kernels.
+//!
 //! Nothing here panics on any argument: invalid arguments are an [`Error`].
 
 #![deny(missing_docs)]
+
+pub mod mixture;
+pub use mixture::{Mixture, Weight};
 
 /// An argument outside the sampler's contract; the message says which and why.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -340,6 +346,11 @@ fn fill_permuted(feistel: &Feistel, first: u64, out: &mut [u64]) {
 
 fn fill_sequential(length: u64, step: u64, out: &mut [u64]) {
     let start = ((step as u128 * out.len() as u128) % length as u128) as u64;
+    fill_sequential_from(length, start, out);
+}
+
+/// Writes `out[i] = (start + i) mod length`; `start` must be below `length`.
+fn fill_sequential_from(length: u64, start: u64, out: &mut [u64]) {
     if (length - start) as u128 >= out.len() as u128 {
         for (i, o) in out.iter_mut().enumerate() {
             *o = start + i as u64;
@@ -357,8 +368,12 @@ fn fill_sequential(length: u64, step: u64, out: &mut [u64]) {
 }
 
 fn fill_iid(length: u64, seed: u64, step: u64, out: &mut [u64]) {
-    // Draw n = step * batch + i of the stream: state0 + (n + 1) * GAMMA, mod 2^64.
-    let n0 = step.wrapping_mul(out.len() as u64);
+    fill_iid_from(length, seed, step.wrapping_mul(out.len() as u64), out);
+}
+
+/// Writes draws `n0 + i (mod 2^64)` of the IID stream of `seed` into `out`.
+fn fill_iid_from(length: u64, seed: u64, n0: u64, out: &mut [u64]) {
+    // Draw n of the stream: state0 + (n + 1) * GAMMA, mod 2^64.
     let first = mix64(seed ^ TAG_IID).wrapping_add(n0.wrapping_add(1).wrapping_mul(GAMMA));
     // Written with `i * GAMMA` rather than a running `state += GAMMA`: with the
     // running sum LLVM vectorizes the 64-bit multiplies for SSE2 (emulated with

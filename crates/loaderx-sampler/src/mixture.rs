@@ -1,0 +1,869 @@
+//! Stateless weighted mixtures of position ranges.
+//!
+//! Like the [`Sampler`](crate::Sampler), every batch is a pure function of the
+//! configuration and the step, so resuming at any step is O(1) in the step. The
+//! algorithm is written down in `docs/loader.md`, section "Mixtures"; in short:
+//!
+//! * Slot `n = step * batch + i` of the endless slot sequence has the point
+//!   `x(n) = ((n mod W) * g) mod W`, where `W` is the total of the integer weights
+//!   and `g` the stride (coprime to `W`, near `W / φ`). Range `r` owns the points
+//!   `[P_r, P_r + w_r)` (`P_r` the sum of the weights before it), so every `W`
+//!   consecutive slots hold exactly `w_r` slots of range `r`.
+//! * The number of earlier slots of range `r`, which is the visit index of the
+//!   slot within its range, has a closed form (a floor sum, O(log W)).
+//! * Visit `k` of range `r` is the position the range's traversal (SEQUENTIAL,
+//!   IID or CYCLIC, the Sampler's kernels with a per-range key) puts at `k`.
+//!
+//! No floating-point arithmetic: float weights are converted exactly to integers
+//! once, by [`integer_weights`], with integer operations on their bits.
+
+use crate::{
+    fill_iid_from, fill_permuted, fill_sequential_from, mix64, Error, Feistel, Mode, Result, GAMMA,
+};
+
+/// Domain separation of the per-range keys (`seed ^ tag`).
+pub const TAG_MIXTURE: u64 = 0x6C78_2E6D_6978_0003;
+/// The most ranges one mixture holds.
+pub const MAX_RANGES: usize = 1 << 16;
+/// The largest total of the integer weights, after division by their greatest
+/// common divisor.
+pub const MAX_TOTAL_WEIGHT: u64 = 1 << 63;
+/// Float weights are scaled so that the largest lies in `[2^46, 2^47)`, then
+/// rounded to integers; with at most [`MAX_RANGES`] ranges the total stays
+/// within [`MAX_TOTAL_WEIGHT`].
+pub const FLOAT_WEIGHT_BITS: u32 = 46;
+
+/// One weight as the caller gave it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Weight {
+    /// An integer (saturated to the `i128` range by the caller: anything beyond
+    /// it is negative or too large either way).
+    Int(i128),
+    /// A floating-point number.
+    Float(f64),
+}
+
+/// `x = mantissa * 2^exponent` exactly, for a finite `x >= 0`.
+fn decompose(x: f64) -> (u64, i32) {
+    let bits = x.to_bits();
+    let biased = ((bits >> 52) & 0x7FF) as i32;
+    let fraction = bits & ((1 << 52) - 1);
+    if biased == 0 {
+        (fraction, -1074)
+    } else {
+        (fraction | (1 << 52), biased - 1075)
+    }
+}
+
+/// `mantissa * 2^shift`, rounded to the nearest integer (ties to even); the
+/// caller guarantees that the result is below `2^63`.
+fn scale_round(mantissa: u64, shift: i32) -> u64 {
+    if shift >= 0 {
+        return mantissa << shift;
+    }
+    let d = shift.unsigned_abs();
+    if d >= 64 {
+        // mantissa < 2^53 < 2^(d-1): below one half.
+        return 0;
+    }
+    let q = mantissa >> d;
+    let rem = mantissa & ((1u64 << d) - 1);
+    let half = 1u64 << (d - 1);
+    if rem > half || (rem == half && q & 1 == 1) {
+        q + 1
+    } else {
+        q
+    }
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// The exact integer weights of `weights`, divided by their greatest common
+/// divisor.
+///
+/// All integers: used as given (each `>= 0`, not all zero, total at most
+/// [`MAX_TOTAL_WEIGHT`] after the division). Any float among them: every weight is
+/// taken as an `f64` (integers rounded to nearest), must be finite and `>= 0`,
+/// and is multiplied by the power of two that puts the largest in
+/// `[2^FLOAT_WEIGHT_BITS, 2^(FLOAT_WEIGHT_BITS + 1))`, then rounded to the
+/// nearest integer, ties to even; a positive weight that rounds to 0 is an error
+/// rather than a range silently never drawn.
+pub fn integer_weights(weights: &[Weight]) -> Result<Vec<u64>> {
+    if weights.is_empty() {
+        return Err(Error("weights must not be empty".into()));
+    }
+    if weights.len() > MAX_RANGES {
+        return Err(Error(format!(
+            "at most {MAX_RANGES} weights are supported, got {}",
+            weights.len()
+        )));
+    }
+    let any_float = weights.iter().any(|w| matches!(w, Weight::Float(_)));
+    let mut out = Vec::with_capacity(weights.len());
+    if !any_float {
+        let mut total: u128 = 0;
+        for (i, w) in weights.iter().enumerate() {
+            let Weight::Int(v) = *w else {
+                return Err(Error("internal: a float weight on the integer path".into()));
+            };
+            if v < 0 {
+                return Err(Error(format!("weights[{i}] is negative ({v})")));
+            }
+            let v = u64::try_from(v).map_err(|_| too_large())?;
+            total = total.checked_add(v as u128).ok_or_else(too_large)?;
+            out.push(v);
+        }
+        if total == 0 {
+            return Err(Error("weights must not all be zero".into()));
+        }
+    } else {
+        let values: Vec<f64> = weights
+            .iter()
+            .map(|w| match *w {
+                Weight::Int(v) => v as f64,
+                Weight::Float(v) => v,
+            })
+            .collect();
+        for (i, &v) in values.iter().enumerate() {
+            if v.is_nan() {
+                return Err(Error(format!("weights[{i}] is NaN")));
+            }
+            if v.is_infinite() {
+                return Err(Error(format!("weights[{i}] is infinite ({v})")));
+            }
+            if v < 0.0 {
+                return Err(Error(format!("weights[{i}] is negative ({v})")));
+            }
+        }
+        let parts: Vec<(u64, i32)> = values.iter().map(|&v| decompose(v)).collect();
+        // floor(log2) of the largest weight, from its bits.
+        let top = parts
+            .iter()
+            .filter(|(m, _)| *m != 0)
+            .map(|&(m, e)| e + 63 - m.leading_zeros() as i32)
+            .max()
+            .ok_or_else(|| Error("weights must not all be zero".into()))?;
+        let shift = FLOAT_WEIGHT_BITS as i32 - top;
+        for (i, &(m, e)) in parts.iter().enumerate() {
+            let v = scale_round(m, e + shift);
+            if v == 0 && m != 0 {
+                return Err(Error(format!(
+                    "weights[{i}] ({}) is positive but below 2^-{} of the largest weight, \
+                     so it would never be drawn; pass integer weights for such ratios",
+                    values[i],
+                    FLOAT_WEIGHT_BITS + 1
+                )));
+            }
+            out.push(v);
+        }
+    }
+    let divisor = out.iter().fold(0, |g, &w| gcd(g, w));
+    for w in &mut out {
+        *w /= divisor;
+    }
+    let total: u128 = out.iter().map(|&w| w as u128).sum();
+    if total > MAX_TOTAL_WEIGHT as u128 {
+        return Err(too_large());
+    }
+    Ok(out)
+}
+
+fn too_large() -> Error {
+    Error(format!(
+        "the integer weights total more than 2^63 ({MAX_TOTAL_WEIGHT}) even after division \
+         by their greatest common divisor; scale them down"
+    ))
+}
+
+/// Candidates on each side of `W / φ` that [`stride`] considers.
+pub const STRIDE_SPAN: u64 = 256;
+
+/// The largest partial quotient of the continued fraction of `a / b` for
+/// `0 < a < b` (the leading 0 left out).
+fn largest_partial_quotient(mut a: u64, mut b: u64) -> u64 {
+    let mut largest = 0;
+    while a != 0 {
+        largest = largest.max(b / a);
+        (a, b) = (b % a, a);
+    }
+    largest
+}
+
+/// The stride `g` of the point sequence for a total weight `w >= 2`: among the
+/// integers `c` in `[g0 - STRIDE_SPAN, g0 + STRIDE_SPAN]` ∩ `[1, w - 1]` that are
+/// coprime to `w`, where `g0 = floor(w * GAMMA / 2^64)` (about `w / φ`), the one
+/// whose continued fraction `c / w` has the smallest largest partial quotient;
+/// ties go to the smaller `|c - g0|`, then the smaller `c`. 0 when `w <= 1`.
+///
+/// Small partial quotients are what keeps the counts of every range close to
+/// their share at every point of the sequence, not only at whole periods.
+pub fn stride(w: u64) -> u64 {
+    if w <= 1 {
+        return 0;
+    }
+    let g0 = ((w as u128 * GAMMA as u128) >> 64) as u64;
+    let low = g0.saturating_sub(STRIDE_SPAN).max(1);
+    let high = g0.saturating_add(STRIDE_SPAN).min(w - 1);
+    // 1 is coprime to every w, so the fallback only serves windows without a
+    // coprime candidate (none exist for w >= 2, but nothing here relies on it).
+    let mut best = (u64::MAX, u64::MAX, 1);
+    for c in low..=high {
+        if gcd(c, w) != 1 {
+            continue;
+        }
+        let key = (largest_partial_quotient(c, w), c.abs_diff(g0), c);
+        best = best.min(key);
+    }
+    best.2
+}
+
+/// `sum_{i=0}^{n-1} floor((a*i + b) / m)` for `m >= 1`, by the Euclid-like
+/// reduction (O(log m) iterations); `None` on overflow of 128 bits.
+fn floor_sum(mut n: u128, mut m: u128, mut a: u128, mut b: u128) -> Option<u128> {
+    let mut sum: u128 = 0;
+    loop {
+        if n == 0 {
+            return Some(sum);
+        }
+        if a >= m {
+            let pairs = if n % 2 == 0 {
+                (n / 2).checked_mul(n - 1)?
+            } else {
+                n.checked_mul((n - 1) / 2)?
+            };
+            sum = sum.checked_add(pairs.checked_mul(a / m)?)?;
+            a %= m;
+        }
+        if b >= m {
+            sum = sum.checked_add(n.checked_mul(b / m)?)?;
+            b %= m;
+        }
+        let top = a.checked_mul(n)?.checked_add(b)?;
+        if top < m {
+            return Some(sum);
+        }
+        n = top / m;
+        b = top % m;
+        std::mem::swap(&mut m, &mut a);
+    }
+}
+
+fn overflow() -> Error {
+    Error("internal: 128-bit overflow in a mixture count".into())
+}
+
+/// Reusable memory for [`Mixture::fill`], sized for one mixture.
+#[derive(Clone, Debug, Default)]
+pub struct Scratch {
+    /// The range of each slot of the batch.
+    slot_range: Vec<u32>,
+    /// The batch's positions grouped by range, before they are put in slot order.
+    grouped: Vec<u64>,
+    /// Per range: slots in this batch, then the next read offset into `grouped`.
+    count: Vec<usize>,
+    /// The ranges present in the batch, in order of first appearance.
+    touched: Vec<u32>,
+}
+
+/// A validated mixture; [`Mixture::fill`] writes the batch of a step.
+#[derive(Clone, Debug)]
+pub struct Mixture {
+    starts: Vec<u64>,
+    lengths: Vec<u64>,
+    modes: Vec<Mode>,
+    keys: Vec<u64>,
+    weights: Vec<u64>,
+    /// `bounds[r] = P_r`, the weights before range `r`; `bounds[R] = W`.
+    bounds: Vec<u64>,
+    stride: u64,
+    batch: usize,
+    seed: u64,
+}
+
+impl Mixture {
+    /// Checks the arguments once so that [`Mixture::fill`] only computes.
+    ///
+    /// `ranges` are half-open `[start, stop)`, non-empty and pairwise disjoint, in
+    /// any order; `weights` and `modes` pair with them by index.
+    pub fn new(
+        ranges: &[(u64, u64)],
+        weights: &[Weight],
+        batch: usize,
+        modes: &[Mode],
+        seed: u64,
+    ) -> Result<Mixture> {
+        if ranges.is_empty() {
+            return Err(Error("ranges must not be empty".into()));
+        }
+        if ranges.len() > MAX_RANGES {
+            return Err(Error(format!(
+                "at most {MAX_RANGES} ranges are supported, got {}",
+                ranges.len()
+            )));
+        }
+        if weights.len() != ranges.len() {
+            return Err(Error(format!(
+                "{} weights for {} ranges: give one weight per range",
+                weights.len(),
+                ranges.len()
+            )));
+        }
+        if modes.len() != ranges.len() {
+            return Err(Error(format!(
+                "{} modes for {} ranges: give one mode per range",
+                modes.len(),
+                ranges.len()
+            )));
+        }
+        if batch == 0 {
+            return Err(Error("batch_size must be at least 1".into()));
+        }
+        u32::try_from(batch)
+            .map_err(|_| Error(format!("batch_size must be below 2^32, got {batch}")))?;
+        for (i, &(start, stop)) in ranges.iter().enumerate() {
+            if start >= stop {
+                return Err(Error(format!(
+                    "ranges[{i}] = ({start}, {stop}) is empty: start must be below stop"
+                )));
+            }
+        }
+        let mut order: Vec<usize> = (0..ranges.len()).collect();
+        order.sort_by_key(|&i| ranges[i]);
+        for pair in order.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            if ranges[b].0 < ranges[a].1 {
+                let (lo, hi) = (a.min(b), a.max(b));
+                return Err(Error(format!(
+                    "ranges[{lo}] = {:?} and ranges[{hi}] = {:?} overlap: ranges must be disjoint",
+                    ranges[lo], ranges[hi]
+                )));
+            }
+        }
+        let weights = integer_weights(weights)?;
+        let mut bounds = Vec::with_capacity(weights.len() + 1);
+        let mut total: u64 = 0;
+        bounds.push(0);
+        for &w in &weights {
+            total = total.checked_add(w).ok_or_else(too_large)?;
+            bounds.push(total);
+        }
+        let base = mix64(seed ^ TAG_MIXTURE);
+        let keys = (0..ranges.len() as u64)
+            .map(|r| mix64(base.wrapping_add((r + 1).wrapping_mul(GAMMA))))
+            .collect();
+        Ok(Mixture {
+            starts: ranges.iter().map(|r| r.0).collect(),
+            lengths: ranges.iter().map(|r| r.1 - r.0).collect(),
+            modes: modes.to_vec(),
+            keys,
+            weights,
+            bounds,
+            stride: stride(total),
+            batch,
+            seed,
+        })
+    }
+
+    /// The ranges as `(start, stop)`, in the order given.
+    pub fn ranges(&self) -> Vec<(u64, u64)> {
+        self.starts
+            .iter()
+            .zip(&self.lengths)
+            .map(|(&s, &l)| (s, s + l))
+            .collect()
+    }
+    /// The integer weights, divided by their greatest common divisor.
+    pub fn weights(&self) -> &[u64] {
+        &self.weights
+    }
+    /// Each range's traversal.
+    pub fn modes(&self) -> &[Mode] {
+        &self.modes
+    }
+    /// Positions per batch.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+    /// The key every range's key derives from.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+    /// `W`, the total of the integer weights.
+    pub fn total_weight(&self) -> u64 {
+        self.bounds[self.weights.len()]
+    }
+    /// `g`, the stride of the point sequence.
+    pub fn stride(&self) -> u64 {
+        self.stride
+    }
+    /// The key of range `r`'s traversal (the seed its Sampler kernel receives).
+    pub fn key(&self, r: usize) -> Option<u64> {
+        self.keys.get(r).copied()
+    }
+
+    /// Memory for [`Mixture::fill`]; fails only when it cannot be allocated.
+    pub fn scratch(&self) -> Result<Scratch> {
+        let mut s = Scratch::default();
+        let fail = |_| Error("cannot allocate the mixture's scratch memory".into());
+        s.slot_range.try_reserve_exact(self.batch).map_err(fail)?;
+        s.grouped.try_reserve_exact(self.batch).map_err(fail)?;
+        s.count
+            .try_reserve_exact(self.weights.len())
+            .map_err(fail)?;
+        s.touched
+            .try_reserve_exact(self.batch.min(self.weights.len()))
+            .map_err(fail)?;
+        s.slot_range.resize(self.batch, 0);
+        s.grouped.resize(self.batch, 0);
+        s.count.resize(self.weights.len(), 0);
+        Ok(s)
+    }
+
+    /// The range owning point `x < W`: the `r` with `P_r <= x < P_(r+1)`, which
+    /// has a positive weight.
+    fn range_of(&self, x: u64) -> usize {
+        self.bounds.partition_point(|&b| b <= x) - 1
+    }
+
+    /// `#{i < m : (i * g) mod W < p}` for `m <= W`, `p <= W`.
+    fn below(&self, m: u128, p: u64) -> Result<u128> {
+        let w = self.total_weight() as u128;
+        let g = self.stride as u128;
+        // (i*g mod W) >= p  <=>  floor((i*g + W - p) / W) - floor(i*g / W) = 1
+        let shifted = floor_sum(m, w, g, w - p as u128).ok_or_else(overflow)?;
+        let plain = floor_sum(m, w, g, 0).ok_or_else(overflow)?;
+        let at_or_above = shifted.checked_sub(plain).ok_or_else(overflow)?;
+        m.checked_sub(at_or_above).ok_or_else(overflow)
+    }
+
+    /// How many of slots `0 .. n` belong to range `r`: the visit index of the
+    /// next slot of range `r` at or after slot `n`.
+    pub fn visits_before(&self, r: usize, n: u128) -> Result<u128> {
+        let w = self.total_weight() as u128;
+        let weight = *self
+            .weights
+            .get(r)
+            .ok_or_else(|| Error(format!("no range {r}")))?;
+        let (periods, rest) = (n / w, n % w);
+        let inside = self
+            .below(rest, self.bounds[r + 1])?
+            .checked_sub(self.below(rest, self.bounds[r])?)
+            .ok_or_else(overflow)?;
+        periods
+            .checked_mul(weight as u128)
+            .and_then(|v| v.checked_add(inside))
+            .ok_or_else(overflow)
+    }
+
+    /// The range of slot `n`.
+    pub fn range_of_slot(&self, n: u128) -> usize {
+        let w = self.total_weight() as u128;
+        self.range_of(((n % w) * self.stride as u128 % w) as u64)
+    }
+
+    /// Writes the positions of visits `k0, k0 + 1, ...` of range `r` into `out`.
+    fn fill_visits(&self, r: usize, k0: u128, out: &mut [u64]) -> Result<()> {
+        let length = self.lengths[r];
+        let key = self.keys[r];
+        match self.modes[r] {
+            Mode::Sequential => fill_sequential_from(length, (k0 % length as u128) as u64, out),
+            // Draw number k mod 2^64 of the range's stream, as in the Sampler.
+            Mode::Iid => fill_iid_from(length, key, k0 as u64, out),
+            Mode::Cyclic => {
+                let mut k = k0;
+                let mut rest = &mut out[..];
+                while !rest.is_empty() {
+                    // Pass c of the range is its permutation number c mod 2^64.
+                    let pass = (k / length as u128) as u64;
+                    let first = (k % length as u128) as u64;
+                    let room = usize::try_from(length - first).unwrap_or(usize::MAX);
+                    let (now, later) = rest.split_at_mut(rest.len().min(room));
+                    fill_permuted(&Feistel::new(length, key, pass)?, first, now);
+                    k += now.len() as u128;
+                    rest = later;
+                }
+            }
+        }
+        let start = self.starts[r];
+        // Every value is below the range's length and start + length = stop fits.
+        for v in out.iter_mut() {
+            *v += start;
+        }
+        Ok(())
+    }
+
+    /// Writes the batch of `step` into `out`, which must hold exactly `batch`
+    /// items; `scratch` must come from this mixture's [`Mixture::scratch`].
+    pub fn fill(&self, step: u64, out: &mut [u64], scratch: &mut Scratch) -> Result<()> {
+        if out.len() != self.batch {
+            return Err(Error(format!(
+                "output holds {} items, the batch size is {}",
+                out.len(),
+                self.batch
+            )));
+        }
+        let Scratch {
+            slot_range,
+            grouped,
+            count,
+            touched,
+        } = scratch;
+        if slot_range.len() != self.batch
+            || grouped.len() != self.batch
+            || count.len() != self.weights.len()
+        {
+            return Err(Error("scratch memory of another mixture".into()));
+        }
+        // Clear what an earlier call (possibly one that failed) left behind.
+        for &r in touched.iter() {
+            count[r as usize] = 0;
+        }
+        touched.clear();
+
+        let w = self.total_weight();
+        let first = step as u128 * self.batch as u128;
+        let mut x = ((first % w as u128) * self.stride as u128 % w as u128) as u64;
+        for s in slot_range.iter_mut() {
+            let r = self.range_of(x);
+            if count[r] == 0 {
+                touched.push(r as u32);
+            }
+            count[r] += 1;
+            *s = r as u32;
+            // x < W <= 2^63 and g < W: no overflow.
+            x += self.stride;
+            if x >= w {
+                x -= w;
+            }
+        }
+        let mut offset = 0;
+        for &r in touched.iter() {
+            let r = r as usize;
+            let n = count[r];
+            let k0 = self.visits_before(r, first)?;
+            self.fill_visits(r, k0, &mut grouped[offset..offset + n])?;
+            count[r] = offset;
+            offset += n;
+        }
+        for (o, &r) in out.iter_mut().zip(slot_range.iter()) {
+            let at = &mut count[r as usize];
+            *o = grouped[*at];
+            *at += 1;
+        }
+        for &r in touched.iter() {
+            count[r as usize] = 0;
+        }
+        touched.clear();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ints(w: &[i128]) -> Vec<Weight> {
+        w.iter().map(|&v| Weight::Int(v)).collect()
+    }
+
+    fn mixture(ranges: &[(u64, u64)], w: &[i128], batch: usize, mode: Mode) -> Mixture {
+        Mixture::new(ranges, &ints(w), batch, &vec![mode; ranges.len()], 7).expect("mixture")
+    }
+
+    fn batch(m: &Mixture, step: u64) -> Vec<u64> {
+        let mut scratch = m.scratch().expect("scratch");
+        let mut out = vec![0; m.batch()];
+        m.fill(step, &mut out, &mut scratch).expect("fill");
+        out
+    }
+
+    fn range_index(ranges: &[(u64, u64)], v: u64) -> usize {
+        ranges
+            .iter()
+            .position(|&(a, b)| a <= v && v < b)
+            .expect("in a range")
+    }
+
+    #[test]
+    fn floor_sum_matches_brute_force() {
+        for m in 1..40u128 {
+            for a in 0..45u128 {
+                for b in [0u128, 1, m - 1, m, 2 * m + 3] {
+                    for n in [0u128, 1, 2, 7, 40] {
+                        let want: u128 = (0..n).map(|i| (a * i + b) / m).sum();
+                        assert_eq!(floor_sum(n, m, a, b), Some(want), "{n} {m} {a} {b}");
+                    }
+                }
+            }
+        }
+        // The largest arguments a mixture passes: W = 2^63, n < W.
+        let w = 1u128 << 63;
+        assert!(floor_sum(w - 1, w, w - 1, w).is_some());
+    }
+
+    #[test]
+    fn stride_is_coprime_and_near_golden() {
+        assert_eq!(stride(1), 0);
+        assert_eq!(stride(2), 1);
+        for w in 2..3000u64 {
+            let g = stride(w);
+            assert!(g >= 1 && g < w);
+            assert_eq!(gcd(g, w), 1);
+            let golden = ((w as u128 * GAMMA as u128) >> 64) as i64;
+            assert!(
+                (g as i64 - golden).abs() <= STRIDE_SPAN as i64,
+                "w={w} g={g}"
+            );
+            assert!(largest_partial_quotient(g, w) <= 6, "w={w} g={g}");
+        }
+        let g = stride(MAX_TOTAL_WEIGHT);
+        assert_eq!(gcd(g, MAX_TOTAL_WEIGHT), 1);
+        assert_eq!(largest_partial_quotient(3, 10), 3); // 3/10 = [0; 3, 3]
+        assert_eq!(largest_partial_quotient(1, 7), 7);
+    }
+
+    #[test]
+    fn visits_before_counts_earlier_slots_exactly() {
+        for w in [
+            &[1i128][..],
+            &[3, 1],
+            &[1, 1, 1],
+            &[5, 0, 2, 9],
+            &[1, 1000],
+            &[7, 11, 13, 0, 2],
+        ] {
+            let ranges: Vec<(u64, u64)> = (0..w.len() as u64)
+                .map(|r| (r * 100, r * 100 + 50))
+                .collect();
+            let m = mixture(&ranges, w, 5, Mode::Iid);
+            let mut seen = vec![0u128; w.len()];
+            for n in 0..3000u128 {
+                for (r, s) in seen.iter().enumerate() {
+                    assert_eq!(m.visits_before(r, n).expect("count"), *s, "w={w:?} n={n}");
+                }
+                seen[m.range_of_slot(n)] += 1;
+            }
+        }
+    }
+
+    #[test]
+    fn every_period_holds_each_range_exactly_its_weight() {
+        let w = [5i128, 0, 2, 9, 1];
+        let ranges: Vec<(u64, u64)> = (0..5).map(|r| (r * 10, r * 10 + 10)).collect();
+        let m = mixture(&ranges, &w, 3, Mode::Iid);
+        let total = m.total_weight() as u128;
+        for start in [0u128, 1, 5, 16, 1 << 70] {
+            let mut counts = [0i128; 5];
+            for n in start..start + total {
+                counts[m.range_of_slot(n)] += 1;
+            }
+            assert_eq!(counts, w);
+        }
+    }
+
+    #[test]
+    fn cumulative_counts_track_large_weights_closely() {
+        // Float-like weights: W near 2^47, checked far into the sequence.
+        let w = ints(&[
+            70_368_744_177_664 / 10 * 7,
+            70_368_744_177_664 / 10 * 2,
+            70_368_744_177_664 / 10,
+        ]);
+        let ranges = [(0u64, 10u64), (10, 20), (20, 30)];
+        let m = Mixture::new(&ranges, &w, 64, &[Mode::Iid; 3], 1).expect("m");
+        let total = m.total_weight() as f64;
+        for n in [1000u128, 123_456_789, 1 << 40, 1 << 50, 1 << 90] {
+            for r in 0..3 {
+                let got = m.visits_before(r, n).expect("count") as f64;
+                let want = n as f64 * m.weights()[r] as f64 / total;
+                assert!(
+                    (got - want).abs() < 64.0 + want * 1e-12,
+                    "r={r} n={n} {got} {want}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn batches_use_each_range_in_slot_order() {
+        let ranges = [(100u64, 110u64), (0, 7), (50, 53)];
+        for mode in [Mode::Sequential, Mode::Iid, Mode::Cyclic] {
+            let m = mixture(&ranges, &[2, 3, 1], 4, mode);
+            let mut per_range: Vec<Vec<u64>> = vec![Vec::new(); 3];
+            for step in 0..60 {
+                let out = batch(&m, step);
+                for (i, &v) in out.iter().enumerate() {
+                    let r = range_index(&ranges, v);
+                    assert_eq!(r, m.range_of_slot(step as u128 * 4 + i as u128));
+                    per_range[r].push(v);
+                }
+            }
+            for (r, seq) in per_range.iter().enumerate() {
+                let (a, b) = ranges[r];
+                let len = (b - a) as usize;
+                match mode {
+                    Mode::Sequential => {
+                        for (k, &v) in seq.iter().enumerate() {
+                            assert_eq!(v, a + (k % len) as u64);
+                        }
+                    }
+                    Mode::Cyclic => {
+                        for pass in seq.chunks_exact(len) {
+                            let mut p = pass.to_vec();
+                            p.sort_unstable();
+                            assert_eq!(p, (a..b).collect::<Vec<_>>());
+                        }
+                    }
+                    Mode::Iid => {
+                        let mut want = vec![0u64; seq.len()];
+                        fill_iid_from(len as u64, m.key(r).expect("key"), 0, &mut want);
+                        let want: Vec<u64> = want.iter().map(|v| v + a).collect();
+                        assert_eq!(seq, &want);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn cyclic_batches_larger_than_a_range_span_several_passes() {
+        let ranges = [(0u64, 3u64), (10, 12)];
+        let m = mixture(&ranges, &[1, 1], 50, Mode::Cyclic);
+        let out = batch(&m, 3);
+        let small: Vec<u64> = out.iter().copied().filter(|&v| v < 3).collect();
+        assert_eq!(small.len(), 25);
+        // Visits 75 .. 99 of range 0: passes 25 .. 33, the first and last partial.
+        let mut want = Vec::new();
+        for k in 75u64..100 {
+            want.push(
+                Feistel::new(3, m.key(0).expect("k"), k / 3)
+                    .expect("f")
+                    .permute(k % 3)
+                    .expect("p"),
+            );
+        }
+        assert_eq!(small, want);
+    }
+
+    #[test]
+    fn zero_weight_ranges_are_never_drawn() {
+        let ranges = [(0u64, 5u64), (5, 10), (10, 15)];
+        let m = mixture(&ranges, &[1, 0, 4], 16, Mode::Iid);
+        for step in [0u64, 1, 99, u64::MAX] {
+            assert!(batch(&m, step).iter().all(|&v| !(5..10).contains(&v)));
+        }
+    }
+
+    #[test]
+    fn last_step_and_huge_ranges_stay_in_range() {
+        let ranges = [(0u64, u64::MAX / 2), (u64::MAX / 2, u64::MAX)];
+        for mode in [Mode::Sequential, Mode::Iid, Mode::Cyclic] {
+            let m = mixture(&ranges, &[1, 2], 300, mode);
+            for step in [0u64, 1, u64::MAX - 1, u64::MAX] {
+                let out = batch(&m, step);
+                for (i, &v) in out.iter().enumerate() {
+                    let r = m.range_of_slot(step as u128 * 300 + i as u128);
+                    assert!(ranges[r].0 <= v && v < ranges[r].1);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn float_weights_convert_exactly() {
+        let f =
+            |w: &[f64]| integer_weights(&w.iter().map(|&v| Weight::Float(v)).collect::<Vec<_>>());
+        assert_eq!(f(&[0.5, 0.5]), Ok(vec![1, 1]));
+        assert_eq!(f(&[0.75, 0.25]), Ok(vec![3, 1]));
+        assert_eq!(f(&[3.0, 0.0, 1.0]), Ok(vec![3, 0, 1]));
+        assert_eq!(
+            f(&[1e-300, 3e-300]),
+            f(&[1.0, 3.0]).map(|_| {
+                let (m1, e1) = decompose(1e-300);
+                let (m3, e3) = decompose(3e-300);
+                let top = e3 + 63 - m3.leading_zeros() as i32;
+                let s = FLOAT_WEIGHT_BITS as i32 - top;
+                let (a, b) = (scale_round(m1, e1 + s), scale_round(m3, e3 + s));
+                let g = gcd(a, b);
+                vec![a / g, b / g]
+            })
+        );
+        // 0.7 and 0.3: the largest scaled into [2^46, 2^47), then rounded.
+        let got = f(&[0.7, 0.3]).expect("w");
+        let scale = (1u64 << 47) as f64; // 0.7 has floor(log2) = -1
+        let (a, b) = (
+            (0.7 * scale).round_ties_even() as u64,
+            (0.3 * scale).round_ties_even() as u64,
+        );
+        assert!((1 << 46..1 << 47).contains(&a));
+        let g = gcd(a, b);
+        assert_eq!(got, vec![a / g, b / g]);
+        // Integers mix with floats on the float path; subnormals work.
+        assert_eq!(
+            integer_weights(&[Weight::Int(2), Weight::Float(6.0)]),
+            Ok(vec![1, 3])
+        );
+        assert_eq!(f(&[5e-324, 1e-323]), Ok(vec![1, 2]));
+    }
+
+    #[test]
+    fn rounding_is_to_nearest_even() {
+        assert_eq!(scale_round(5, -1), 2); // 2.5 -> 2
+        assert_eq!(scale_round(7, -1), 4); // 3.5 -> 4
+        assert_eq!(scale_round(5, -2), 1); // 1.25 -> 1
+        assert_eq!(scale_round(7, -2), 2); // 1.75 -> 2
+        assert_eq!(scale_round(3, 4), 48);
+        assert_eq!(scale_round(1 << 52, -64), 0);
+    }
+
+    #[test]
+    fn invalid_arguments_are_errors() {
+        let r = [(0u64, 10u64), (10, 20)];
+        let m = [Mode::Iid; 2];
+        let err = |ranges: &[(u64, u64)], w: Vec<Weight>, b: usize, modes: &[Mode]| {
+            Mixture::new(ranges, &w, b, modes, 0)
+                .expect_err("invalid")
+                .0
+        };
+        assert!(err(&r, ints(&[-1, 1]), 4, &m).contains("weights[0] is negative (-1)"));
+        assert!(err(&r, ints(&[0, 0]), 4, &m).contains("must not all be zero"));
+        let nan = vec![Weight::Float(1.0), Weight::Float(f64::NAN)];
+        assert!(err(&r, nan, 4, &m).contains("weights[1] is NaN"));
+        let inf = vec![Weight::Float(f64::INFINITY), Weight::Float(1.0)];
+        assert!(err(&r, inf, 4, &m).contains("weights[0] is infinite"));
+        let tiny = vec![Weight::Float(1.0), Weight::Float(1e-20)];
+        assert!(err(&r, tiny, 4, &m).contains("weights[1] (0.00000000000000000001) is positive"));
+        assert!(err(&r, ints(&[1, 1]), 0, &m).contains("batch_size must be at least 1"));
+        assert!(
+            err(&[(5, 5), (6, 7)], ints(&[1, 1]), 1, &m).contains("ranges[0] = (5, 5) is empty")
+        );
+        assert!(err(&[(10, 20), (0, 11)], ints(&[1, 1]), 1, &m)
+            .contains("ranges[0] = (10, 20) and ranges[1] = (0, 11) overlap"));
+        assert!(err(&r, ints(&[1]), 1, &m).contains("1 weights for 2 ranges"));
+        assert!(err(&r, ints(&[1, 1]), 1, &m[..1]).contains("1 modes for 2 ranges"));
+        assert!(err(&[], vec![], 1, &[]).contains("ranges must not be empty"));
+        let big = ints(&[1 << 62, (1 << 62) + 1]);
+        assert!(err(&r, big, 1, &m).contains("more than 2^63"));
+        assert!(err(&r, ints(&[i128::MAX, 1]), 1, &m).contains("more than 2^63"));
+        // Exactly 2^63 in total is allowed, and reduced by the common divisor.
+        let at_limit = mixture(&r, &[1 << 62, 1 << 62], 2, Mode::Iid);
+        assert_eq!(at_limit.weights(), &[1, 1]);
+        let odd = Mixture::new(&r, &ints(&[(1 << 63) - 1, 1]), 2, &m, 0).expect("limit");
+        assert_eq!(odd.total_weight(), 1 << 63);
+        assert!(batch(&odd, u64::MAX).iter().all(|&v| v < 20));
+        // Ranges in any order; adjacent ranges are disjoint.
+        assert!(Mixture::new(&[(10, 20), (0, 10)], &ints(&[1, 1]), 1, &m, 0).is_ok());
+        let good = mixture(&r, &[1, 1], 4, Mode::Iid);
+        let mut scratch = good.scratch().expect("s");
+        assert!(good.fill(0, &mut [0; 3], &mut scratch).is_err());
+        let other = mixture(&r, &[1, 1], 5, Mode::Iid);
+        assert!(good
+            .fill(0, &mut [0; 4], &mut other.scratch().expect("s"))
+            .is_err());
+    }
+}
