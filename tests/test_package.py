@@ -30,10 +30,12 @@ def test_the_main_names_are_the_modules_own():
     assert loaderx.DLTensor is zrecord.DLTensor
     assert loaderx.Loader is dataloader.Loader
     assert loaderx.Sampler is sampler.Sampler
+    assert loaderx.MixtureSampler is sampler.MixtureSampler
     for name in errors.__all__:
         assert getattr(loaderx, name) is getattr(errors, name)
     assert loaderx.__all__ == [
-        "DLTensor", "Dense", "Loader", "Ragged", "RaggedBatch", "Sampler", "__version__",
+        "DLTensor", "Dense", "Loader", "MixtureSampler", "Ragged", "RaggedBatch", "Sampler",
+        "__version__",
         *errors.__all__,
     ]  # fmt: skip
     assert set(loaderx.__all__) <= set(dir(loaderx))
