@@ -87,6 +87,9 @@ class _Server(ThreadingHTTPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's default backlog of 5 drops the SYNs of a client opening many
+    # connections at once, which then wait out a one-second retransmission.
+    request_queue_size = 1024
 
     def __init__(self, port: int, handler: type[BaseHTTPRequestHandler], owner: _Base) -> None:
         self.owner = owner
