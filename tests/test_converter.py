@@ -1,15 +1,21 @@
-"""loaderx.converter: Hugging Face datasets into Zrecord stores."""
+"""loaderx.converter: Hugging Face datasets, Arrow tables and Parquet into Zrecord stores."""
 
+import io
 import os
+import sys
+import wave
 
 import numpy as np
 import pytest
 
 datasets = pytest.importorskip("datasets")
 pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
 
 from datasets import (  # noqa: E402
     Array2D,
+    Audio,
+    ClassLabel,
     Dataset,
     DatasetDict,
     Features,
@@ -18,12 +24,19 @@ from datasets import (  # noqa: E402
     Value,
 )
 
-from loaderx.converter import convert, huggingface  # noqa: E402
+from loaderx.converter import CodecAdviceWarning, Conversion, convert, huggingface  # noqa: E402
+from loaderx.errors import InvalidArgumentError, MissingDependencyError  # noqa: E402
 from loaderx.zrecord import Dense, Ragged  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::loaderx.converter.CodecAdviceWarning")
 
 
 def records(store):
-    return [np.from_dlpack(t).tolist() for t in store[:].to_tensors()]
+    return [np.from_dlpack(t) for t in store[:].to_tensors()]
+
+
+def as_lists(store):
+    return [r.tolist() for r in records(store)]
 
 
 def test_the_spec_example(tmp_path):
@@ -31,11 +44,25 @@ def test_the_spec_example(tmp_path):
         {"tokens": [[1, 2], [3], [4, 5, 6]]},
         features=Features({"tokens": Sequence(Value("int32"))}),
     )
-    out = convert(dataset, tmp_path / "tokens", codec="zstd", progress=False)
-    assert out == str(tmp_path / "tokens")
+    out = convert(dataset, tmp_path / "tokens", codec="raw", progress=False)
+    assert isinstance(out, Conversion)
+    assert os.fspath(out) == str(out) == out.path == str(tmp_path / "tokens")
     with Ragged.open(tmp_path / "tokens" / "tokens") as rs:
-        assert rs.dtype == np.int32 and rs.ndim == 1 and rs.codec == "zstd"
-        assert records(rs) == [[1, 2], [3], [4, 5, 6]]
+        assert rs.dtype == np.int32 and rs.ndim == 1 and rs.codec == "raw"
+        assert as_lists(rs) == [[1, 2], [3], [4, 5, 6]]
+    (col,) = out.columns
+    assert (col.split, col.column, col.kind, col.dtype, col.shape) == (
+        None,
+        "tokens",
+        "ragged",
+        np.int32,
+        (None,),
+    )
+    assert (col.records, col.raw_bytes, col.stored_bytes, col.advice) == (3, 24, 24, None)
+    assert col.path == str(tmp_path / "tokens" / "tokens")
+    assert out.summary().splitlines()[1] == (
+        "  tokens: 3 records, ragged int32 ndim=1, raw: 24 raw bytes -> 24 stored (1.00x)"
+    )
     assert os.listdir(tmp_path) == ["tokens"]  # no temporary left behind
 
 
@@ -84,13 +111,13 @@ def check_split(root, data):
         assert (s.dtype, s.item_shape) == (np.float32, (4,))
         assert np.array_equal(np.from_dlpack(s[:]), np.array(data["emb"], np.float32))
     with Ragged.open(root / "tokens") as s:
-        assert s.dtype == np.int32 and records(s) == data["tokens"]
+        assert s.dtype == np.int32 and as_lists(s) == data["tokens"]
     with Ragged.open(root / "raw") as s:
-        assert s.dtype == np.uint8 and [bytes(r) for r in records(s)] == data["raw"]
+        assert s.dtype == np.uint8 and [r.tobytes() for r in records(s)] == data["raw"]
     with Ragged.open(root / "vol") as s:
         assert s.dtype == np.float64 and s.ndim == 2
         want = [np.reshape(v["values"], v["shape"]).tolist() for v in data["vol"]]
-        assert records(s) == want
+        assert as_lists(s) == want
     assert sorted(os.listdir(root)) == sorted(FEATURES)
     for name in FEATURES:
         store = (Dense if name in ("label", "flag", "image", "emb") else Ragged).open(root / name)
@@ -103,10 +130,13 @@ def test_every_column_kind_of_a_dataset_dict(tmp_path):
         train=Dataset.from_dict(train, features=FEATURES),
         test=Dataset.from_dict(test, features=FEATURES),
     )
-    convert(dd, tmp_path / "out", codec="raw", data_shards=2, progress=False)
+    out = convert(dd, tmp_path / "out", codec="raw", data_shards=2, progress=False)
     assert sorted(os.listdir(tmp_path / "out")) == ["test", "train"]
     check_split(tmp_path / "out" / "train", train)
     check_split(tmp_path / "out" / "test", test)
+    assert [(c.split, c.column, c.records) for c in out.columns] == [
+        (s, c, n) for s, n in (("train", 5000), ("test", 7)) for c in FEATURES
+    ]
 
 
 def test_row_order_follows_the_dataset_after_shuffle_and_select(tmp_path):
@@ -117,33 +147,297 @@ def test_row_order_follows_the_dataset_after_shuffle_and_select(tmp_path):
         xs = np.from_dlpack(s[:]).tolist()
     assert xs == view["x"]
     with Ragged.open(tmp_path / "v" / "t") as s:
-        assert records(s) == view["t"]
+        assert as_lists(s) == view["t"]
 
 
-def _image_column():
-    # Built from Arrow with the feature declared, so that no image is encoded
-    # (encoding needs Pillow, which the test environment does not install).
+def test_progress_reports_the_rows_of_each_store(tmp_path, capsys):
+    from loaderx.progress import ProgressEvent
+
+    events = []
+    dd = DatasetDict(
+        train=Dataset.from_dict({"x": list(range(5000)), "t": [[1]] * 5000}),
+        test=Dataset.from_dict({"x": [1, 2], "t": [[1], []]}),
+    )
+    convert(dd, tmp_path / "p", codec="raw", progress=events.append)
+    want = []
+    for split, steps in (("train", (4096, 5000)), ("test", (2,))):
+        for c in ("x", "t"):
+            name, total = f"convert {split}/{c}", steps[-1]
+            want.append(ProgressEvent(name, "rows", 0, total))
+            want.extend(ProgressEvent(name, "rows", d, total) for d in steps)
+            want.append(ProgressEvent(name, "rows", total, total, finished=True))
+    assert events == want
+    assert capsys.readouterr().err == ""  # a callback prints nothing
+    convert(dd, tmp_path / "q", codec="raw")  # stderr is not a terminal: silent
+    assert capsys.readouterr().err == ""
+
+
+# ---- files: Image, Audio ---------------------------------------------------------
+
+
+def encoded_image(shape, fmt, seed, mode="RGB"):
+    pil = pytest.importorskip("PIL.Image")
+    rng = np.random.default_rng(seed)
+    pixels = rng.integers(0, 256, shape, dtype=np.uint8)
+    buf = io.BytesIO()
+    pil.fromarray(pixels, mode=None).convert(mode).save(buf, format=fmt)
+    return buf.getvalue()
+
+
+def wav_bytes(n, seed):
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(8000)
+        w.writeframes(np.random.default_rng(seed).integers(-1000, 1000, n, np.int16).tobytes())
+    return buf.getvalue()
+
+
+def file_column(files, paths=None):
     storage = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
-    table = pa.table({"ok": [0], "img": pa.array([{"bytes": b"\x89PNG", "path": None}], storage)})
-    features = Features({"ok": Value("int64"), "img": Image()})
-    return Dataset(table, info=datasets.DatasetInfo(features=features))
+    paths = paths or [None] * len(files)
+    return pa.array([{"bytes": b, "path": p} for b, p in zip(files, paths, strict=True)], storage)
 
 
-@pytest.mark.parametrize(
-    "make, message",
-    [
-        (lambda: Dataset.from_dict({"ok": [1, 2], "s": ["a", "b"]}), "'s': string values"),
-        (lambda: Dataset.from_dict({"ok": [1, 2], "t": [[1], None]}), "'t' holds 1 null value"),
-        (
-            lambda: Dataset.from_dict({"ok": [1, 2], "t": [[[1], [2, 3]], [[4]]]}),
-            "'t': .* nests dynamic lists",
-        ),
-        (_image_column, "'img' has feature type Image; decode it to arrays"),
-    ],
-)
-def test_unstorable_columns_fail_before_anything_is_published(tmp_path, make, message):
-    with pytest.raises(ValueError, match=f"column {message}"):
-        convert(make(), tmp_path / "out", codec="raw", progress=False)
+def test_image_and_audio_columns_are_their_encoded_files(tmp_path):
+    pngs = [encoded_image((5 + i, 7, 3), "PNG", i) for i in range(3)]
+    jpgs = [encoded_image((8, 8 + i, 3), "JPEG", 10 + i) for i in range(3)]
+    wavs = [wav_bytes(100 * (i + 1), i) for i in range(3)]
+    # One row keeps only the path of its file, as datasets does for local images.
+    on_disk = tmp_path / "third.png"
+    on_disk.write_bytes(pngs[2])
+    table = pa.table(
+        {
+            "png": file_column([pngs[0], pngs[1], None], [None, None, str(on_disk)]),
+            "jpg": file_column(jpgs),
+            "wav": file_column(wavs),
+        }
+    )
+    features = Features({"png": Image(), "jpg": Image(decode=False), "wav": Audio()})
+    ds = Dataset(table, info=datasets.DatasetInfo(features=features))
+    out = convert(ds, tmp_path / "f", codec="raw", progress=False)
+    for name, files in (("png", pngs), ("jpg", jpgs), ("wav", wavs)):
+        with Ragged.open(tmp_path / "f" / name) as s:
+            assert (s.dtype, s.ndim, len(s)) == (np.uint8, 1, 3)
+            assert [r.tobytes() for r in records(s)] == files
+    assert [c.kind for c in out.columns] == ["ragged"] * 3
+
+
+def test_a_missing_file_names_its_row_and_path(tmp_path):
+    table = pa.table({"img": file_column([b"x", None], [None, str(tmp_path / "gone.png")])})
+    ds = Dataset(table, info=datasets.DatasetInfo(features=Features({"img": Image()})))
+    with pytest.raises(InvalidArgumentError, match=r"'img': row 1 refers to the file .*gone.png"):
+        convert(ds, tmp_path / "f", codec="raw", progress=False)
+    assert sorted(os.listdir(tmp_path)) == []
+
+
+def image_dataset(shapes, fmt="PNG", mode=None):
+    files = [encoded_image(s, fmt, i) for i, s in enumerate(shapes)]
+    ds = Dataset.from_dict(
+        {"img": [{"bytes": f, "path": None} for f in files], "y": list(range(len(files)))},
+        features=Features({"img": Image(mode=mode), "y": Value("int64")}),
+    )
+    return ds, files
+
+
+def test_decode_ragged_keeps_each_images_size_and_matches_datasets(tmp_path):
+    ds, files = image_dataset([(5, 7, 3), (9, 4, 3), (1, 1, 3)] * 30)  # 90: two slices
+    out = convert(ds, tmp_path / "d", codec="raw", decode={"img": "ragged"}, progress=False)
+    with Ragged.open(tmp_path / "d" / "img") as s:
+        assert (s.dtype, s.ndim, len(s)) == (np.uint8, 3, 90)
+        assert s.attrs["decode"] == "ragged" and s.attrs["feature"] == repr(Image())
+        got = records(s)
+    for i, r in enumerate(got):
+        assert np.array_equal(r, np.asarray(ds[i]["img"]))  # datasets' own decoding
+    assert got[0].shape == (5, 7, 3) and got[1].shape == (9, 4, 3)
+    assert out.columns[0].raw_bytes == sum(r.nbytes for r in got)
+
+
+def test_decode_dense_needs_one_size(tmp_path):
+    ds, _ = image_dataset([(6, 5, 3)] * 4, fmt="JPEG")
+    convert(ds, tmp_path / "d", codec="zstd", decode={"img": "dense"}, progress=False)
+    with Dense.open(tmp_path / "d" / "img") as s:
+        assert (s.dtype, s.item_shape) == (np.uint8, (6, 5, 3))
+        assert np.array_equal(np.from_dlpack(s[:]), np.stack([np.asarray(r["img"]) for r in ds]))
+    mixed, _ = image_dataset([(6, 5, 3), (6, 5, 3), (7, 5, 3)])
+    with pytest.raises(InvalidArgumentError, match=r"'img': row 2 has shape \(7, 5, 3\), earlier"):
+        convert(mixed, tmp_path / "m", codec="raw", decode={"img": "dense"}, progress=False)
+    assert sorted(os.listdir(tmp_path)) == ["d"]
+
+
+def test_decode_converts_to_the_features_mode_only(tmp_path):
+    ds, _ = image_dataset([(4, 4, 3)] * 2, mode="L")
+    convert(ds, tmp_path / "g", codec="raw", decode={"img": "ragged"}, progress=False)
+    with Ragged.open(tmp_path / "g" / "img") as s:
+        assert s.ndim == 2
+        assert all(np.array_equal(r, np.asarray(ds[i]["img"])) for i, r in enumerate(records(s)))
+
+
+def test_decode_without_pillow_says_what_to_install(tmp_path, monkeypatch):
+    ds, _ = image_dataset([(2, 2, 3)])
+    monkeypatch.setitem(sys.modules, "PIL.Image", None)  # import fails
+    with pytest.raises(MissingDependencyError, match="decodes images with Pillow") as e:
+        convert(ds, tmp_path / "d", codec="raw", decode={"img": "ragged"}, progress=False)
+    assert e.value.name == "PIL"
+    assert os.listdir(tmp_path) == []
+
+
+# ---- lists: what Dataset.map makes of arrays, boxes ------------------------------
+
+
+def test_mapped_arrays_are_ragged_by_default_and_dense_when_asked(tmp_path):
+    rng = np.random.default_rng(0)
+    arrays = [rng.integers(0, 255, (3, 2 + i % 2, 3), dtype=np.uint8) for i in range(6)]
+    ds = Dataset.from_dict({"i": list(range(6))}).map(lambda r: {"a": arrays[r["i"]]})
+    assert str(ds.data.schema.field("a").type) == "list<item: list<item: list<item: uint8>>>"
+    convert(ds, tmp_path / "r", codec="raw", progress=False)
+    with Ragged.open(tmp_path / "r" / "a") as s:
+        assert s.ndim == 3
+        got = records(s)
+    assert all(np.array_equal(g, a) for g, a in zip(got, arrays, strict=True))
+    same = ds.select([0, 2, 4])
+    convert(same, tmp_path / "d", codec="raw", dense=["a"], progress=False)
+    with Dense.open(tmp_path / "d" / "a") as s:
+        assert s.item_shape == (3, 2, 3)
+        assert np.array_equal(np.from_dlpack(s[:]), np.stack(arrays[0:6:2]))
+    with pytest.raises(InvalidArgumentError, match=r"'a': row 1 has shape \(3, 3, 3\), row 0"):
+        convert(ds, tmp_path / "x", codec="raw", dense=["a"], progress=False)
+    assert sorted(os.listdir(tmp_path)) == ["d", "r"]
+
+
+def test_irregular_nested_lists_name_their_row(tmp_path):
+    ds = Dataset.from_dict({"t": [[[1, 2], [3, 4]], [[1], [2, 3]]]})
+    with pytest.raises(InvalidArgumentError, match="'t': row 1 is not a regular array"):
+        convert(ds, tmp_path / "x", codec="raw", progress=False)
+    assert os.listdir(tmp_path) == []
+
+
+def test_boxes_are_n_by_4_records_with_empty_ones(tmp_path):
+    boxes = [[[0, 0, 1, 1], [2, 2, 3, 5]], [], [[1.5, 2, 3, 4]]] * 3
+    ds = Dataset.from_dict(
+        {"boxes": boxes},
+        features=Features({"boxes": Sequence(Sequence(Value("float32"), length=4))}),
+    )
+    convert(ds, tmp_path / "b", codec="zstd", progress=False)
+    with Ragged.open(tmp_path / "b" / "boxes") as s:
+        assert (s.dtype, s.ndim) == (np.float32, 2)
+        got = records(s)
+    assert [g.shape for g in got[:3]] == [(2, 4), (0, 4), (1, 4)]
+    assert [g.tolist() for g in got] == boxes
+
+
+def test_array2d_with_a_free_first_dimension_is_ragged(tmp_path):
+    rows = [np.arange(4 * k, dtype=np.float32).reshape(k, 4) for k in (2, 0, 3)]
+    ds = Dataset.from_dict(
+        {"a": [r.tolist() for r in rows]}, features=Features({"a": Array2D((None, 4), "float32")})
+    )
+    convert(ds, tmp_path / "a", codec="raw", progress=False)
+    with Ragged.open(tmp_path / "a" / "a") as s:
+        got = records(s)
+    assert [g.shape for g in got] == [(2, 4), (0, 4), (3, 4)]
+    assert all(np.array_equal(g, r) for g, r in zip(got, rows, strict=True))
+
+
+# ---- ClassLabel and strings ------------------------------------------------------
+
+
+def test_class_labels_are_integers(tmp_path):
+    ds = Dataset.from_dict(
+        {"y": [2, 0, 1, 2]}, features=Features({"y": ClassLabel(names=["cat", "dog", "eel"])})
+    )
+    convert(ds, tmp_path / "c", codec="raw", progress=False)
+    with Dense.open(tmp_path / "c" / "y") as s:
+        assert s.dtype == np.int64 and np.from_dlpack(s[:]).tolist() == [2, 0, 1, 2]
+
+
+def test_attributes_record_the_source_and_the_feature(tmp_path):
+    names = ["cat", "dog", "eel"]
+    features = Features({"y": ClassLabel(names=names), "tags": Sequence(ClassLabel(names=names))})
+    ds = Dataset.from_dict({"y": [2, 0], "tags": [[1], [0, 2]]}, features=features)
+    convert(DatasetDict(train=ds), tmp_path / "a", codec="raw", attrs={"project": "demo"})
+    with Dense.open(tmp_path / "a" / "train" / "y") as s:
+        y = s.attrs
+    with Ragged.open(tmp_path / "a" / "train" / "tags") as s:
+        tags = s.attrs
+    source = {
+        "kind": "datasets.Dataset",
+        "dataset_name": None,
+        "config_name": None,
+        "split": None,
+        "fingerprint": ds._fingerprint,
+        "cache_files": [],
+    }
+    assert y == {
+        "converter": "loaderx.converter.convert",
+        "column": "y",
+        "split": "train",
+        "feature": repr(features["y"]),
+        "arrow_type": "int64",
+        "source": source,
+        "class_names": names,
+        "project": "demo",
+    }
+    assert tags["class_names"] == names and tags["arrow_type"] == "list<item: int64>"
+    convert(pa.table({"x": [1.5]}), tmp_path / "t", codec="raw")
+    with Dense.open(tmp_path / "t" / "x") as s:
+        assert s.attrs["source"] == {"kind": "pyarrow.Table"}
+        assert (s.attrs["feature"], s.attrs["split"]) == ("Value('float64')", None)
+    with pytest.raises(InvalidArgumentError, match=r"attrs= uses the key\(s\) \['column'\]"):
+        convert(ds, tmp_path / "b", codec="raw", attrs={"column": 1})
+
+
+def test_strings_as_utf8_bytes_only_when_asked(tmp_path):
+    text = ["héllo", "", "日本語", "a\0b"]
+    ds = Dataset.from_dict({"text": text, "n": [1, 2, 3, 4]})
+    with pytest.raises(InvalidArgumentError, match=r"'text': string values; pass utf8=\['text'\]"):
+        convert(ds, tmp_path / "s", codec="raw", progress=False)
+    convert(ds, tmp_path / "s", codec="raw", utf8=["text"], progress=False)
+    with Ragged.open(tmp_path / "s" / "text") as s:
+        assert s.dtype == np.uint8 and s.attrs["utf8"] is True
+        assert [r.tobytes().decode("utf-8") for r in records(s)] == text
+
+
+# ---- refusals: every problem in one error ----------------------------------------
+
+
+def test_every_unstorable_column_is_reported_in_one_error(tmp_path):
+    ds = Dataset.from_dict(
+        {
+            "ok": [1, 2],
+            "n": [3, 4],
+            "text": ["a", "b"],
+            "holes": [[1], None],
+            "nothing": [None, None],
+            "pair": [{"a": 1, "b": "x"}, {"a": 2, "b": "y"}],
+            "words": [["a"], ["b", "c"]],
+            "when": pa.array([1, 2], pa.timestamp("s")).to_pylist(),
+        }
+    )
+    with pytest.raises(InvalidArgumentError) as e:
+        convert(
+            ds,
+            tmp_path / "out",
+            codec={"ok": "raw"},
+            decode={"ok": "ragged", "ghost": "dense"},
+            utf8=["ok"],
+            progress=False,
+        )
+    msg = str(e.value)
+    assert msg.startswith("convert wrote nothing: ")
+    expected = [
+        "column 'ok': decode= applies to Image columns",
+        "column 'text': string values; pass utf8=['text']",
+        "column 'holes': 1 null value(s); fill them (Dataset.map) or drop those rows",
+        "column 'nothing': it holds only nulls; drop it with Dataset.remove_columns",
+        "column 'pair': a struct of fields ['a', 'b'] is not one array; store each field",
+        "column 'words': string values",
+        "column 'when': timestamp[us] values cannot be stored; convert needs numbers",
+        "codec= names no codec for column 'n'",
+        "decode= names 'ghost', which is not a column",
+    ]
+    for line in expected:
+        assert f"  - {line}" in msg, line
     assert os.listdir(tmp_path) == []
 
 
@@ -156,29 +450,236 @@ def test_names_that_are_not_one_directory_are_refused(tmp_path, name):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: {"x": [1, 2]}, r"not a dict: for a dict of columns, pass datasets\.Dataset"),
+        (lambda: {"train": {"x": [1]}}, r"not a dict: for a dict of columns"),
+        (lambda: np.zeros(3), r"not a ndarray: for a NumPy array, pass datasets\.Dataset\.from"),
+        (lambda: "some/dir", r"not a str: for a directory written by save_to_disk, pass"),
+        (
+            lambda: Dataset.from_dict({"x": [1]}).to_iterable_dataset(),
+            "not an IterableDataset: materialize it first",
+        ),
+    ],
+)
+def test_inputs_that_are_not_datasets_say_what_to_pass(tmp_path, make, message):
+    with pytest.raises(TypeError, match=message):
+        convert(make(), tmp_path / "a", codec="raw", progress=False)
+    assert os.listdir(tmp_path) == []
+
+
 def test_argument_errors(tmp_path):
     ds = Dataset.from_dict({"x": [1, 2, 3]})
-    with pytest.raises(ValueError, match="zstd_dict needs a dictionary per column"):
-        convert(ds, tmp_path / "a", codec="zstd_dict", progress=False)
-    with pytest.raises(ValueError, match="codec must be 'raw' or 'zstd'"):
+    with pytest.raises(ValueError, match="codec must be one of 'raw', 'zstd', 'zstd_dict'"):
         convert(ds, tmp_path / "a", codec="lz4", progress=False)
+    with pytest.raises(ValueError, match="decode=.*the layout is 'dense' or 'ragged'"):
+        convert(ds, tmp_path / "a", codec="raw", decode={"x": "big"}, progress=False)
     (tmp_path / "exists").mkdir()
     with pytest.raises(FileExistsError, match="already exists"):
         convert(ds, tmp_path / "exists", codec="raw", progress=False)
-    with pytest.raises(TypeError, match="not an IterableDataset: materialize it first"):
-        convert(ds.to_iterable_dataset(), tmp_path / "a", codec="raw", progress=False)
-    with pytest.raises(TypeError, match="got dict"):
-        convert({"train": {"x": [1]}}, tmp_path / "a", codec="raw", progress=False)
     with pytest.raises(ValueError, match="has no rows"):
         convert(ds.select([]), tmp_path / "a", codec="raw", progress=False)
     assert sorted(os.listdir(tmp_path)) == ["exists"]
 
 
-def test_progress_goes_to_stderr(tmp_path, capsys):
-    convert(Dataset.from_dict({"x": [1, 2]}), tmp_path / "p", codec="raw")
-    err = capsys.readouterr().err
-    assert f"{tmp_path / 'p'}: 2 / 2 rows" in err and f"published {tmp_path / 'p'}" in err
-    assert ".tmp-" not in err  # the temporary build directory is not shown
+# ---- Arrow tables and Parquet ----------------------------------------------------
+
+
+def arrow_source():
+    rng = np.random.default_rng(5)
+    n = 300
+    return pa.table(
+        {
+            "f": pa.array(rng.random(n)),  # float64 stays float64
+            "i8": pa.array(rng.integers(-100, 100, n).astype(np.int8)),
+            "seq": pa.array(
+                [rng.integers(0, 9, rng.integers(0, 5)).tolist() for _ in range(n)],
+                pa.list_(pa.int16()),
+            ),
+            "vec": pa.array(
+                rng.random((n, 3)).astype(np.float32).tolist(), pa.list_(pa.float32(), 3)
+            ),
+            "blob": pa.array(
+                [bytes(rng.integers(0, 255, i % 7).astype(np.uint8)) for i in range(n)]
+            ),
+        }
+    )
+
+
+def check_against(root, table):
+    with Dense.open(root / "f") as s:
+        assert s.dtype == np.float64 and np.from_dlpack(s[:]).tolist() == table["f"].to_pylist()
+    with Dense.open(root / "i8") as s:
+        assert s.dtype == np.int8 and np.from_dlpack(s[:]).tolist() == table["i8"].to_pylist()
+    with Ragged.open(root / "seq") as s:
+        assert s.dtype == np.int16 and as_lists(s) == table["seq"].to_pylist()
+    with Dense.open(root / "vec") as s:
+        assert (s.dtype, s.item_shape) == (np.float32, (3,))
+        assert np.from_dlpack(s[:]).tolist() == table["vec"].to_pylist()
+    with Ragged.open(root / "blob") as s:
+        assert [r.tobytes() for r in records(s)] == table["blob"].to_pylist()
+
+
+def test_a_pyarrow_table_round_trips_exactly(tmp_path):
+    table = arrow_source()
+    convert(table, tmp_path / "t", codec="zstd", progress=False)
+    check_against(tmp_path / "t", table)
+
+
+def test_parquet_files_round_trip_exactly(tmp_path):
+    table = arrow_source()
+    pq.write_table(table, tmp_path / "src.parquet", row_group_size=100)
+    ds = Dataset.from_parquet(str(tmp_path / "src.parquet"), cache_dir=str(tmp_path / "cache"))
+    convert(ds, tmp_path / "p", codec="raw", progress=False)
+    check_against(tmp_path / "p", table)
+
+
+# ---- codecs ----------------------------------------------------------------------
+
+
+def small_similar_records(n, seed=0):
+    """Rows of 16 int32 ids (64 bytes) built from a few recurring phrases."""
+    rng = np.random.default_rng(seed)
+    phrases = rng.integers(0, 50_000, (40, 4), dtype=np.int32)
+    return [np.concatenate(phrases[rng.integers(0, 40, 4)]).tolist() for _ in range(n)]
+
+
+def test_zstd_on_tiny_records_warns_and_zstd_dict_trains_from_the_column(tmp_path):
+    rows = small_similar_records(4000)
+    ds = Dataset.from_dict({"ids": rows}, features=Features({"ids": Sequence(Value("int32"))}))
+    with pytest.warns(CodecAdviceWarning, match="records this small gain nothing from plain zstd"):
+        plain = convert(ds, tmp_path / "z", codec="zstd", progress=False)
+    (col,) = plain.columns
+    assert col.raw_bytes == 4000 * 64 and col.stored_bytes > 0.95 * col.raw_bytes
+    assert plain.advice == (col.advice,) and "codec='zstd_dict'" in col.advice
+    assert f"advice: {col.advice}" in plain.summary()
+    dct = convert(ds, tmp_path / "d", codec="zstd_dict", progress=False)
+    (dcol,) = dct.columns
+    assert dcol.advice is None and dcol.dict_bytes > 0
+    assert dcol.stored_bytes < 0.5 * col.stored_bytes
+    with Ragged.open(tmp_path / "d" / "ids") as s:
+        assert s.codec == "zstd_dict" and as_lists(s) == rows
+    assert (tmp_path / "d" / "ids" / "dict.bin").stat().st_size == dcol.dict_bytes
+
+
+def test_zstd_dict_uses_a_given_dictionary(tmp_path):
+    from loaderx.utils import train_dict
+
+    rows = small_similar_records(1000, seed=1)
+    d = train_dict([np.array(r, np.int32) for r in rows], size=1024)
+    ds = Dataset.from_dict({"ids": rows, "y": list(range(1000))})
+    out = convert(
+        ds,
+        tmp_path / "g",
+        codec={"ids": "zstd_dict", "y": "raw"},
+        dict_bytes={"ids": d},
+        progress=False,
+    )
+    assert (tmp_path / "g" / "ids" / "dict.bin").read_bytes() == d
+    assert [c.codec for c in out.columns] == ["zstd_dict", "raw"]
+    with Ragged.open(tmp_path / "g" / "ids") as s:
+        assert as_lists(s) == rows
+    with pytest.raises(InvalidArgumentError, match="dict_bytes= gives a dictionary for column 'y'"):
+        convert(ds, tmp_path / "h", codec="zstd", dict_bytes={"y": d}, progress=False)
+
+
+# ---- the Hub, offline ------------------------------------------------------------
+
+
+def closed_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
+def cache_with_snapshot(root, repo="someone/tiny"):
+    """A hub cache holding one snapshot of a dataset repository, laid out the way
+    huggingface_hub stores one: refs/main names the commit, snapshots/<commit>
+    holds the files."""
+    repo_dir = root / f"datasets--{repo.replace('/', '--')}"
+    (repo_dir / "refs").mkdir(parents=True)
+    (repo_dir / "refs" / "main").write_text(SHA)
+    data = repo_dir / "snapshots" / SHA / "data"
+    data.mkdir(parents=True)
+    pq.write_table(pa.table({"x": [1, 2, 3]}), data / "train-00000-of-00001.parquet")
+    pq.write_table(pa.table({"x": [4]}), data / "test-00000-of-00001.parquet")
+    return root
+
+
+@pytest.fixture
+def datasets_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "ds-cache"))
+
+
+def test_huggingface_uses_the_cached_snapshot_when_the_endpoint_is_unreachable(
+    tmp_path, capsys, datasets_cache
+):
+    hub = cache_with_snapshot(tmp_path / "hub")
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    dd = huggingface("someone/tiny", endpoint=endpoint, cache_dir=hub)
+    assert dd["train"]["x"] == [1, 2, 3] and dd["test"]["x"] == [4]
+    convert(dd, tmp_path / "out", codec="raw", progress=False)
+    with Dense.open(tmp_path / "out" / "train" / "x") as s:
+        source = s.attrs["source"]
+    assert {k: source[k] for k in ("hub_repo", "hub_revision", "hub_commit", "hub_endpoint")} == {
+        "hub_repo": "someone/tiny",
+        "hub_revision": "main",
+        "hub_commit": SHA,
+        "hub_endpoint": endpoint,
+    }
+    assert source["split"] == "train" and source["fingerprint"] == dd["train"]._fingerprint
+    ours = [line for line in capsys.readouterr().err.splitlines() if "loaderx" in line]
+    assert ours == [
+        f"loaderx.huggingface: {endpoint} unreachable: using the cached snapshot {SHA} of "
+        "someone/tiny (revision 'main')"
+    ]
+
+
+def test_huggingface_offline_never_calls_the_hub(tmp_path, capsys, monkeypatch, datasets_cache):
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+
+    def no(*a, **k):
+        raise AssertionError("the Hub was called")
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", no)
+    hub = cache_with_snapshot(tmp_path / "hub")
+    dd = huggingface("someone/tiny", cache_dir=hub)
+    assert dd["train"]["x"] == [1, 2, 3]
+    ours = [line for line in capsys.readouterr().err.splitlines() if "loaderx" in line]
+    assert ours == [
+        f"loaderx.huggingface: offline (HF_HUB_OFFLINE): using the cached snapshot {SHA} of "
+        "someone/tiny (revision 'main')"
+    ]
+    with pytest.raises(OSError, match=r"HF_HUB_OFFLINE is set and revision 'v2' is not in the"):
+        huggingface("someone/tiny", revision="v2", cache_dir=hub)
+
+
+def test_huggingface_unreachable_and_not_cached_is_one_sentence(tmp_path):
+    import traceback
+
+    from loaderx.errors import StorageError
+
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    with pytest.raises(StorageError) as e:
+        huggingface("someone/absent", endpoint=endpoint, cache_dir=tmp_path / "hub")
+    msg = str(e.value)
+    assert msg.startswith(f"someone/absent: cannot reach the Hub at {endpoint} (")
+    for hint in ("check the network or proxy", "HF_HUB_OFFLINE=1", "datasets.load_from_disk"):
+        assert hint in msg
+    assert "\n" not in msg
+    # The network error is kept on the exception, but not printed with it.
+    assert e.value.__context__ is not None and e.value.__suppress_context__
+    printed = "".join(traceback.format_exception(e.value))
+    assert "During handling" not in printed and "direct cause" not in printed
+    assert len(printed.splitlines()) < 12
 
 
 def test_huggingface_resolves_the_revision_and_keeps_the_environment(monkeypatch, tmp_path):
@@ -201,10 +702,10 @@ def test_huggingface_resolves_the_revision_and_keeps_the_environment(monkeypatch
     loaded = DatasetDict(train=Dataset.from_dict({"x": [1]}))
     monkeypatch.setattr(huggingface_hub, "HfApi", Api)
     monkeypatch.setattr(huggingface_hub, "snapshot_download", download)
-    monkeypatch.setattr(datasets, "load_dataset", lambda path, name: (path, name, loaded))
+    monkeypatch.setattr(datasets, "load_dataset", lambda path, name: loaded)
     before = dict(os.environ)
     out = huggingface("ylecun/mnist", endpoint="https://mirror.example", token="hf_x", config="c")
-    assert out == (str(tmp_path), "c", loaded)
+    assert out is loaded
     assert calls["api"] == ("https://mirror.example", "hf_x")
     assert calls["info"] == ("ylecun/mnist", None)
     repo, kw = calls["download"]
