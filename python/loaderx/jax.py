@@ -20,13 +20,12 @@ import numpy as np
 import numpy.typing as npt
 from jax.sharding import Sharding
 
+from . import _native
 from .dataloader import StepInfo
 from .errors import InvalidArgumentError
 from .zrecord import RaggedBatch
 
 __all__ = ["global_arrays"]
-
-_CPU = 1  # DLPack's kDLCPU
 
 # JAX's annotations leave some parameters unknown to a strict checker; its
 # functions are called through this name, which checks nothing.
@@ -101,7 +100,7 @@ def _host(value: object, name: str, binding: int) -> npt.NDArray[np.generic]:
         raise TypeError(f"{where} is a {type(value).__name__}, not a DLPack array")
     place: Any = device()
     kind = int(place[0])
-    if kind != _CPU:
+    if kind != _native.DL_CPU:
         raise InvalidArgumentError(
             f"{where} is in device memory (DLPack device type {kind}); global_arrays "
             "places host rows on the devices, so bind these readers to host allocators"
