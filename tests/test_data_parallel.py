@@ -328,3 +328,25 @@ def test_global_arrays_refuses_what_it_cannot_place(root):
         global_arrays([{"x": OnDevice()}], sharding)
     with pytest.raises(InvalidArgumentError, match="binding 1 holds the streams"):
         global_arrays([{"x": 1}, {"y": 1}], sharding)
+
+
+def test_a_mixture_samplers_batches_split_across_processes(root):
+    from loaderx.sampler import MixtureSampler
+
+    def mixture():
+        return MixtureSampler([(0, 20), (20, 61)], [1, 3], 8, seed=4)
+
+    def rows(index, count):
+        streams = {"x": [Dense.open(root / "x")] * 2}
+        with Loader(streams, mixture(), workers=1, process_index=index, process_count=count) as ld:
+            return [np.concatenate([np.from_dlpack(s["x"]) for s in next(ld)]) for _ in range(5)]
+
+    reference = mixture()
+    whole = [3 * reference.next().astype(np.int64) for _ in range(5)]
+    parts = [rows(r, 2) for r in range(2)]
+    for s in range(5):
+        assert np.concatenate([p[s] for p in parts])[:, 0].tolist() == whole[s].tolist()
+    with pytest.raises(
+        InvalidArgumentError, match=r"batch size 8 does not divide by the 3 processes x 2 "
+    ):
+        Loader({"x": [Dense.open(root / "x")] * 2}, mixture(), process_index=0, process_count=3)
