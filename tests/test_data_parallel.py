@@ -238,6 +238,13 @@ def test_a_runtime_whose_world_does_not_divide_the_batch_is_named(root, monkeypa
         Loader({"x": [Dense.open(root / "x")]}, child.sampler())
 
 
+def test_a_runtime_that_reports_no_rank_is_an_error(root, monkeypatch):
+    monkeypatch.delitem(sys.modules, "jax", raising=False)
+    monkeypatch.setitem(sys.modules, "torch.distributed", fake_torch_distributed(True, None, 2))
+    with pytest.raises(RuntimeError, match="torch reported the process rank or count None"):
+        Loader({"x": [Dense.open(root / "x")]}, child.sampler())
+
+
 def test_loading_imports_no_framework(root):
     code = f"""
 import sys

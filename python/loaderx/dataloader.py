@@ -468,7 +468,7 @@ class _Pipeline(Generic[B, T]):
         workers: int,
         prefetch: int,
         seed: int,
-        process: tuple[int, int, str],
+        process: tuple[int, int],
     ) -> None:
         self.streams = streams
         self.sampler = sampler
@@ -477,7 +477,7 @@ class _Pipeline(Generic[B, T]):
         self.workers = workers
         self.prefetch = prefetch
         self.seed = seed
-        self.process_index, self.process_count, self.process_source = process
+        self.process_index, self.process_count = process
         self.cond = threading.Condition(threading.Lock())
         self.draw = threading.Lock()  # serializes draw and gather across workers
         self.claimed = 0  # next step a worker will draw
@@ -893,7 +893,7 @@ class Loader(Generic[B, T]):
         w = check_int(workers, "workers", 0)
         p = check_int(prefetch, "prefetch", 1)
         s = check_int(seed, "seed", 0, _MAX_SEED)
-        self._pipeline = _Pipeline(checked, sampler, transform, w, p, s, process)
+        self._pipeline = _Pipeline(checked, sampler, transform, w, p, s, process[:2])
         self._iterator = LoaderIterator(self._pipeline)
 
     @property
