@@ -12,7 +12,7 @@ import fs_faults
 import numpy as np
 import pytest
 
-from loaderx import _native, errors
+from loaderx import errors
 from loaderx.utils import train_dict
 from loaderx.zrecord import Dense, Ragged, RaggedBatch, clean, concat
 
@@ -197,19 +197,32 @@ def test_ragged_ndim_and_dictionary_mismatches(tmp_path, rng, zdict):
 
 
 def test_attributes(tmp_path):
-    dense_part(tmp_path / "a", np.zeros((1, 1), np.uint8))
-    dense_part(tmp_path / "b", np.ones((1, 1), np.uint8))
-    res = concat([tmp_path / "a", tmp_path / "b"], tmp_path / "none")
-    assert _native.Store.open(res.path).attrs() is None
-    attrs = {"tokenizer": "gpt2", "parts": 2, "b": [1.5, None]}
-    res = concat([tmp_path / "a", tmp_path / "b"], tmp_path / "given", attrs=attrs)
-    stored = _native.Store.open(res.path).attrs()
-    assert stored == b'{"b":[1.5,null],"parts":2,"tokenizer":"gpt2"}'
-    with pytest.raises(errors.InvalidArgumentError, match="not JSON"):
+    tok = {"tokenizer": "gpt2", "vocab": [50257, None]}
+    for name, attrs in [("a", tok), ("b", tok), ("c", {"tokenizer": "bpe"}), ("none", None)]:
+        with Dense.create(tmp_path / name, np.uint8, (1,), codec="raw", attrs=attrs) as w:
+            w.append(np.zeros((1, 1), np.uint8))
+    # Without attrs=, the parts' own, which must agree.
+    res = concat([tmp_path / "a", tmp_path / "b"], tmp_path / "same")
+    with Dense.open(res.path) as d:
+        assert d.attrs == tok
+    before = names(tmp_path)
+    for other in ("c", "none"):
+        with pytest.raises(errors.InvalidArgumentError) as e:
+            concat([tmp_path / "a", tmp_path / other], tmp_path / "out")
+        assert str(e.value).startswith(f"{tmp_path / other}: its attributes differ from ")
+    assert names(tmp_path) == before
+    # With attrs=, exactly those, whatever the parts hold; {} for none.
+    given = {"parts": 3, "source": "a, c and none"}
+    res = concat([tmp_path / n for n in ("a", "c", "none")], tmp_path / "given", attrs=given)
+    with Dense.open(res.path) as d:
+        assert d.attrs == given
+    res = concat([tmp_path / "a", tmp_path / "c"], tmp_path / "cleared", attrs={})
+    with Dense.open(res.path) as d:
+        assert d.attrs == {}
+    assert not (tmp_path / "cleared" / "attrs.json").exists()
+    with pytest.raises(errors.InvalidArgumentError):
         concat([tmp_path / "a"], tmp_path / "bad", attrs={"x": float("nan")})
-    with pytest.raises(errors.InvalidArgumentError, match="keys must be strings"):
-        concat([tmp_path / "a"], tmp_path / "bad", attrs={1: 2})  # type: ignore[dict-item]
-    with pytest.raises(TypeError, match="mapping"):
+    with pytest.raises(TypeError, match="dict"):
         concat([tmp_path / "a"], tmp_path / "bad", attrs=[1])  # type: ignore[arg-type]
     assert not (tmp_path / "bad").exists()
 
@@ -244,18 +257,19 @@ def test_nothing_is_published_on_a_failure_part_way(tmp_path, rng):
 
     seen = []
 
-    def stop(done, total):
-        seen.append((done, total))
-        if done >= 60:
+    def stop(event):
+        seen.append((event.task, event.unit, event.done, event.total, event.finished))
+        if event.done >= 60:
             raise Stop
 
     with pytest.raises(Stop):
         concat(parts, tmp_path / "out", progress=stop)
-    assert seen == [(0, 90), (30, 90), (60, 90)]
+    task = f"concat {tmp_path / 'out'}"
+    assert seen == [(task, "records", d, 90, False) for d in (0, 30, 60)]
     assert names(tmp_path) == before
 
-    def delete(done, total):
-        if done == 30:
+    def delete(event):
+        if event.done == 30:
             os.remove(tmp_path / "p2" / "data-000.bin")
 
     with pytest.raises(errors.StoreNotFoundError, match="p2/data-000.bin"):
@@ -378,3 +392,21 @@ def test_a_concat_killed_before_publishing_leaves_only_a_build_directory(
     for part in parts:  # the parts lost nothing with the build's links
         with Dense.open(part) as d:
             d.verify()
+
+
+def test_progress_events_end_with_a_finished_one(tmp_path, capfd):
+    for k in range(2):
+        dense_part(tmp_path / f"p{k}", np.zeros((5 + k, 2), np.int8))
+    events = []
+    concat([tmp_path / "p0", tmp_path / "p1"], tmp_path / "out", progress=events.append)
+    assert [(e.done, e.total, e.finished) for e in events] == [
+        (0, 11, False),
+        (5, 11, False),
+        (11, 11, False),
+        (11, 11, True),
+    ]
+    with pytest.raises(TypeError, match="progress must be"):
+        concat([tmp_path / "p0"], tmp_path / "other", progress=3)  # type: ignore[arg-type]
+    # True reports only to a terminal; under pytest stderr is not one.
+    concat([tmp_path / "p0"], tmp_path / "quiet", progress=True)
+    assert capfd.readouterr().err == ""

@@ -15,14 +15,13 @@ not an identity.
 from __future__ import annotations
 
 import io
-import json
 import mmap
 import numbers
 import operator
 import os
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import (
     TYPE_CHECKING,
@@ -1053,10 +1052,10 @@ def concat(
     sources: Iterable[str | os.PathLike[str]],
     dest: str | os.PathLike[str],
     *,
-    attrs: Mapping[str, object] | None = None,
+    attrs: dict[str, Any] | None = None,
     verify: bool = False,
     copy: bool = False,
-    progress: Callable[[int, int], object] | None = None,
+    progress: ProgressArg = False,
 ) -> ConcatResult:
     """Publishes at `dest` one store holding the records of `sources`, in order,
     without decoding or recompressing a record.
@@ -1069,49 +1068,55 @@ def concat(
     files are hard-linked into the result where the filesystem allows and copied
     otherwise (``copy=True`` always copies); the result says which.
 
-    Attributes: without `attrs`, every source must hold the same attributes (or
-    none) and the result gets them; with `attrs` (a JSON object), the result
-    gets exactly those, whatever the sources hold.
+    Attributes: without `attrs`, every source must hold the same attributes, byte
+    for byte (the same ``attrs=`` given to each part's ``create``), or none, and
+    the result gets them; with `attrs`, the result gets exactly those (``{}``:
+    none), whatever the sources hold.
 
     Each source is checked as opening checks it, and every index entry as a read
     checks it. ``verify=True`` also checks every record's stored bytes against
     its checksum and decodes it (as ``verify()`` does) before its data is taken,
     which reads every byte of every source.
 
-    ``progress(done, total)`` is called with records done; an exception it
-    raises stops the concatenation and propagates. Nothing is published unless
-    everything succeeds; an existing `dest` is StoreExistsError."""
+    `progress` reports the records done (see ``loaderx.progress``); an exception
+    a callback raises stops the concatenation and propagates. Nothing is
+    published unless everything succeeds; an existing `dest` is
+    StoreExistsError."""
     if isinstance(sources, (str, bytes, os.PathLike)):
         raise TypeError("sources must be a collection of store paths, not one path")
     paths = [_fspath(p) for p in sources]
+    target = _fspath(dest)
     for name, flag in (("verify", verify), ("copy", copy)):
         if not isinstance(flag, bool):
             raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
-    if progress is not None and not callable(progress):
-        raise TypeError(f"progress must be callable, got {type(progress).__name__}")
-    native = _native.concat(
-        paths,
-        _fspath(dest),
-        None if attrs is None else _attrs_json(attrs),
-        verify,
-        copy,
-        progress,
-    )
+    if not (progress is None or isinstance(progress, bool) or callable(progress)):
+        raise TypeError(
+            "progress must be a bool, None or a callable taking a ProgressEvent, "
+            f"got {type(progress).__name__}"
+        )
+    # None: the sources' own; b"": none at all.
+    raw_attrs = None if attrs is None else (encode_attrs(attrs) or b"")
+    task: _progress.Task | None = None
+
+    def report(done: int, total: int) -> None:
+        nonlocal task
+        if task is None:  # the total is known once the sources are open
+            task = _progress.task(
+                f"concat {target}", total=total, unit="records", progress=progress
+            )
+        if done > task.done:
+            task.advance(done - task.done)
+
+    quiet = progress is None or progress is False
+    try:
+        native = _native.concat(paths, target, raw_attrs, verify, copy, None if quiet else report)
+    except BaseException:
+        if task is not None:
+            task.close(finished=False)
+        raise
+    if task is not None:
+        task.close()
     path, records, data_files, linked, copied, copied_bytes, checksum = native
     return ConcatResult(
         os.fspath(path), records, data_files, linked, copied, copied_bytes, checksum
     )
-
-
-def _attrs_json(attrs: Mapping[str, object]) -> bytes:
-    """`attrs` as the JSON object a store holds: compact, keys sorted, so equal
-    attributes are equal bytes."""
-    if not isinstance(attrs, Mapping):
-        raise TypeError(f"attrs must be a mapping (a JSON object), got {type(attrs).__name__}")
-    if not all(isinstance(k, str) for k in attrs):
-        raise InvalidArgumentError("attrs keys must be strings (a JSON object)")
-    try:
-        text = json.dumps(dict(attrs), sort_keys=True, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as e:
-        raise InvalidArgumentError(f"attrs are not JSON: {e}") from None
-    return text.encode()

@@ -577,7 +577,7 @@ type ConcatSummary = (PathBuf, u64, usize, usize, usize, u64, u64);
 
 /// Publishes at `dest` one store holding the records of `sources` in order,
 /// without decoding them (see `zrecord::concat`). `attrs` are the result's
-/// attributes (JSON bytes; None: the sources' own, which must agree);
+/// attributes (JSON bytes; empty: none; None: the sources' own, which must agree);
 /// `progress(done, total)` is called with records done, and an exception it
 /// raises stops the concatenation and is raised from here.
 #[pyfunction]

@@ -30,9 +30,9 @@ const COPY_BYTES: usize = 1 << 20;
 /// What [`concat()`] does beyond the rules it always applies.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ConcatOptions<'a> {
-    /// The result's attributes (a JSON object, checked by the caller). `None`
-    /// requires every source to hold the same attributes, byte for byte (or
-    /// none), and gives the result those.
+    /// The result's attributes (a JSON object, checked by the caller; empty:
+    /// none). `None` requires every source to hold the same attributes, byte for
+    /// byte (or none), and gives the result those.
     pub attrs: Option<&'a [u8]>,
     /// Before a source's data is taken, check every record of it as
     /// [`Store::verify`] does (stored bytes against their checksum, decoding).
@@ -313,7 +313,7 @@ impl Plan {
                 ))
             })?;
         let attrs = match options.attrs {
-            Some(a) => Some(a.to_vec()),
+            Some(a) => (!a.is_empty()).then(|| a.to_vec()),
             None => first.attrs().map(<[u8]>::to_vec),
         };
         Ok(Plan {
@@ -758,6 +758,13 @@ mod tests {
         )
         .unwrap();
         assert_eq!(Store::open(&d("empty")).unwrap().attrs(), None);
+        let cleared = ConcatOptions {
+            attrs: Some(b""),
+            ..Default::default()
+        };
+        run(&[p("a"), p("c")], &d("cleared"), &cleared).unwrap();
+        assert_eq!(Store::open(&d("cleared")).unwrap().attrs(), None);
+        assert!(!d("cleared").join(format::ATTRS_FILE).exists());
         let big = vec![b' '; MAX_ATTRS_BYTES as usize + 1];
         let too_big = ConcatOptions {
             attrs: Some(&big),
