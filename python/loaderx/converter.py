@@ -760,6 +760,17 @@ def _nbytes(records: Records) -> int:
     return int(records.nbytes)
 
 
+def _one_chunk(table: pa.Table, column: str) -> list[_Array]:
+    """A batch's column as one Arrow array: a dataset saved by datasets holds
+    chunks of 1,000 rows, and one append per batch costs less than one per chunk."""
+    import pyarrow as pa
+
+    chunks = table.column(column).chunks
+    if len(chunks) <= 1:
+        return cast("list[_Array]", chunks)
+    return [cast(_Array, pa.concat_arrays(chunks))]
+
+
 def _batches(dataset: Dataset, rows: int) -> Iterator[pa.Table]:
     """The dataset's rows as Arrow tables of at most `rows` rows, in order."""
     # datasets leaves the type of format arguments open; its "arrow" format yields
@@ -1010,8 +1021,8 @@ def _sample_records(ds: Dataset, plan: _Plan, positions: npt.NDArray[np.int64]) 
     out: list[Records] = []
     row = 0
     for table in _batches(subset, BATCH_ROWS):
-        for arr in table.column(plan.column).chunks:
-            for rows, records in _records(cast(_Array, arr), probe, row):
+        for arr in _one_chunk(table, plan.column):
+            for rows, records in _records(arr, probe, row):
                 out.append(records)
                 row += rows
     return out
@@ -1113,8 +1124,8 @@ def _write_column(
     try:
         with _progress.task(name, total=len(ds), unit="rows", progress=progress) as task:
             for table in _batches(column, BATCH_ROWS):
-                for arr in table.column(plan.column).chunks:
-                    for n, records in _records(cast(_Array, arr), plan, rows):
+                for arr in _one_chunk(table, plan.column):
+                    for n, records in _records(arr, plan, rows):
                         if writer is None:
                             writer = _create(plan, root, data_shards, attrs)
                         if isinstance(writer, DenseWriter):
