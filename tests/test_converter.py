@@ -662,14 +662,21 @@ def test_huggingface_offline_never_calls_the_hub(tmp_path, capsys, monkeypatch, 
         huggingface("someone/tiny", revision="v2", cache_dir=hub)
 
 
-def test_huggingface_unreachable_and_not_cached_is_one_sentence(tmp_path):
+@pytest.mark.parametrize("how", ["argument", "HF_ENDPOINT"])
+def test_huggingface_unreachable_and_not_cached_is_one_sentence(tmp_path, monkeypatch, how):
     import traceback
+
+    import huggingface_hub
 
     from loaderx.errors import StorageError
 
     endpoint = f"http://127.0.0.1:{closed_port()}"
+    given = {"endpoint": endpoint}
+    if how == "HF_ENDPOINT":  # what huggingface_hub read from the variable at import
+        monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", endpoint)
+        given = {}
     with pytest.raises(StorageError) as e:
-        huggingface("someone/absent", endpoint=endpoint, cache_dir=tmp_path / "hub")
+        huggingface("someone/absent", cache_dir=tmp_path / "hub", **given)
     msg = str(e.value)
     assert msg.startswith(f"someone/absent: cannot reach the Hub at {endpoint} (")
     for hint in ("check the network or proxy", "HF_HUB_OFFLINE=1", "datasets.load_from_disk"):

@@ -5,7 +5,7 @@ same run.
 Datasets, built offline from files every test environment has:
 
 * ``photos``: JPEG tiles cut from the photographs bundled with scikit-image and
-  scikit-learn (128x128 crops every 32 pixels, each encoded at qualities 75 and
+  scikit-learn (128x128 crops every 16 pixels, each encoded at qualities 75 and
   90), as an ``Image`` column, with the source photo as a ``ClassLabel``. convert
   stores each file's bytes (Ragged uint8) and the labels (Dense int64).
 * ``text``: the sentences of the Python standard library's docstrings (the corpus
@@ -51,7 +51,7 @@ from loaderx_bench.report import fmt_num, table
 from loaderx_bench.units import MIB
 
 TILE = 128
-STRIDE = 32
+STRIDE = 16
 QUALITIES = (75, 90)
 VOCAB = 20_000
 
