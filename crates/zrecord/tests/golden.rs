@@ -180,3 +180,75 @@ fn version_1_stores_still_open() {
     assert_eq!(out, dense_input());
     store.verify(&Sequential).unwrap();
 }
+
+/// Concatenation rewrites nothing but each index entry's data file number: two
+/// copies of a golden store give its index twice, the second copy's file numbers
+/// moved by the first's file count, and its data files twice, byte for byte.
+#[test]
+fn concat_moves_only_file_numbers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = golden_dir("dense-zstd");
+    let dest = tmp.path().join("twice");
+    let report = zrecord::concat(
+        &[src.clone(), src.clone()],
+        &dest,
+        &zrecord::ConcatOptions::default(),
+        &Sequential,
+        &mut |_, _| Ok(()),
+    )
+    .unwrap();
+    assert_eq!((report.records, report.data_files), (10, 4));
+    let index = fs::read(src.join("index.bin")).unwrap();
+    let mut moved = index.clone();
+    for entry in moved.chunks_mut(24) {
+        entry[12] += 2;
+    }
+    let got = fs::read(dest.join("index.bin")).unwrap();
+    assert_eq!(got, [index, moved].concat());
+    for k in 0..4 {
+        let file = zrecord::data_file(k);
+        let theirs = zrecord::data_file(k % 2);
+        assert_eq!(
+            fs::read(dest.join(file)).unwrap(),
+            fs::read(src.join(theirs)).unwrap()
+        );
+    }
+    let store = Store::open(&dest).unwrap();
+    let source = Store::open(&src).unwrap();
+    let sizes = &source.header().shard_sizes;
+    assert_eq!(
+        store.header().shard_sizes,
+        [&sizes[..], &sizes[..]].concat()
+    );
+    assert_eq!(store.header().version, FORMAT_VERSION);
+    let mut out = vec![0u8; 10 * 12];
+    store
+        .gather_dense(&(0..10).collect::<Vec<_>>(), &mut out, &Sequential)
+        .unwrap();
+    assert_eq!(out, [dense_input(), dense_input()].concat());
+    store.verify(&Sequential).unwrap();
+}
+
+/// A version 1 store concatenates with a current one; the result is current.
+#[test]
+fn concat_takes_version_1_stores() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = tmp.path().join("mixed");
+    let sources = [golden_dir("v1-dense-zstd"), golden_dir("dense-zstd")];
+    zrecord::concat(
+        &sources,
+        &dest,
+        &zrecord::ConcatOptions::default(),
+        &Sequential,
+        &mut |_, _| Ok(()),
+    )
+    .unwrap();
+    let store = Store::open(&dest).unwrap();
+    assert_eq!((store.header().version, store.len()), (FORMAT_VERSION, 10));
+    let mut out = vec![0u8; 10 * 12];
+    store
+        .gather_dense(&(0..10).collect::<Vec<_>>(), &mut out, &Sequential)
+        .unwrap();
+    assert_eq!(out, [dense_input(), dense_input()].concat());
+    store.verify(&Sequential).unwrap();
+}
