@@ -866,6 +866,70 @@ mod tests {
         assert_eq!(entries(root.path()), before);
     }
 
+    /// Runs a concatenation of `a` then `b` in which `change` alters `b` after
+    /// every source was opened (at the first progress report), and returns its
+    /// error, having checked that the parent directory is as before.
+    fn changed_part_way(copy: bool, change: impl Fn(&Path)) -> Error {
+        let root = tempfile::tempdir().unwrap();
+        let p = |n: &str| root.path().join(n);
+        dense(&p("a"), Codec::Raw, 1, &[16], 10, 1);
+        dense(&p("b"), Codec::Raw, 1, &[16], 10, 2);
+        let before = entries(root.path());
+        let mut changed = false;
+        let mut hook = |_: u64, _: u64| {
+            if !changed {
+                change(&p("b").join(format::data_file(0)));
+                changed = true;
+            }
+            Ok(())
+        };
+        let options = ConcatOptions {
+            copy,
+            ..Default::default()
+        };
+        let e = concat(
+            &[p("a"), p("b")],
+            &p("out"),
+            &options,
+            &Sequential,
+            &mut hook,
+        )
+        .unwrap_err();
+        assert_eq!(entries(root.path()), before, "{e}");
+        e
+    }
+
+    #[test]
+    fn a_data_file_replaced_or_truncated_part_way_is_refused() {
+        // Replaced by another file of the same bytes: the link would take a file
+        // that was never checked.
+        let e = changed_part_way(false, |f| {
+            let bytes = std::fs::read(f).unwrap();
+            std::fs::remove_file(f).unwrap();
+            std::fs::write(f, bytes).unwrap();
+        });
+        assert!(
+            matches!(&e, Error::Corrupt { msg, .. } if msg.contains("was replaced")),
+            "{e}"
+        );
+        // Truncated in place: linked, the size no longer matches the header.
+        let truncate = |f: &Path| {
+            let file = OpenOptions::new().write(true).open(f).unwrap();
+            file.set_len(16 * 4).unwrap();
+        };
+        let e = changed_part_way(false, truncate);
+        assert!(
+            matches!(&e, Error::Corrupt { msg, .. } if msg.contains("is 64 bytes")),
+            "{e}"
+        );
+        // Copied: the copy ends early.
+        let e = changed_part_way(true, truncate);
+        assert!(
+            matches!(&e, Error::Corrupt { msg, .. } if msg.contains("ended after 64")),
+            "{e}"
+        );
+    }
+
     #[test]
     fn damaged_payload_is_caught_only_when_records_are_verified() {
         let root = tempfile::tempdir().unwrap();
