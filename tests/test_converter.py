@@ -274,6 +274,24 @@ def test_decode_converts_to_the_features_mode_only(tmp_path):
         assert all(np.array_equal(r, np.asarray(ds[i]["img"])) for i, r in enumerate(records(s)))
 
 
+def test_undecodable_and_palette_images_name_their_row(tmp_path):
+    pil = pytest.importorskip("PIL.Image")
+    good = encoded_image((3, 3, 3), "PNG", 0)
+    buf = io.BytesIO()
+    pil.new("P", (2, 2)).save(buf, format="PNG")
+    for bad, message in (
+        (b"not an image", "'img': row 1 is not a decodable image"),
+        (buf.getvalue(), r"'img': row 1 is a palette image.*Image\(mode='RGB'\)"),
+    ):
+        ds = Dataset.from_dict(
+            {"img": [{"bytes": good, "path": None}, {"bytes": bad, "path": None}]},
+            features=Features({"img": Image()}),
+        )
+        with pytest.raises(InvalidArgumentError, match=message):
+            convert(ds, tmp_path / "d", codec="raw", decode={"img": "ragged"}, progress=False)
+        assert os.listdir(tmp_path) == []
+
+
 def test_decode_without_pillow_says_what_to_install(tmp_path, monkeypatch):
     ds, _ = image_dataset([(2, 2, 3)])
     monkeypatch.setitem(sys.modules, "PIL.Image", None)  # import fails
@@ -396,6 +414,40 @@ def test_strings_as_utf8_bytes_only_when_asked(tmp_path):
     with Ragged.open(tmp_path / "s" / "text") as s:
         assert s.dtype == np.uint8 and s.attrs["utf8"] is True
         assert [r.tobytes().decode("utf-8") for r in records(s)] == text
+
+
+def test_dtypes_converts_only_what_is_asked_and_keeps_integers_exact(tmp_path):
+    rng = np.random.default_rng(3)
+    f = rng.random(50)
+    ds = Dataset.from_dict({"f": f, "i": list(range(50)), "t": [[1, -2], [300]] * 25})
+    out = convert(
+        ds, tmp_path / "c", codec="raw", dtypes={"f": "float32", "i": np.int8, "t": np.int16}
+    )
+    with Dense.open(tmp_path / "c" / "f") as s:
+        assert s.dtype == np.float32 and s.attrs["cast_from"] == "float64"
+        assert np.array_equal(np.from_dlpack(s[:]), f.astype(np.float32))
+    with Dense.open(tmp_path / "c" / "i") as s:
+        assert s.dtype == np.int8 and np.from_dlpack(s[:]).tolist() == list(range(50))
+    with Ragged.open(tmp_path / "c" / "t") as s:
+        assert s.dtype == np.int16 and as_lists(s) == [[1, -2], [300]] * 25
+    assert [c.dtype for c in out.columns] == [np.float32, np.int8, np.int16]
+    with pytest.raises(InvalidArgumentError, match=r"'t': row 1 holds 300, which int8 cannot"):
+        convert(ds, tmp_path / "x", codec="raw", dtypes={"t": "int8"})
+    with pytest.raises(InvalidArgumentError) as e:
+        convert(
+            ds.add_column("s", ["a"] * 50),
+            tmp_path / "y",
+            codec="raw",
+            utf8=["s"],
+            dtypes={"f": "int32", "s": "int8", "nope": "int8"},
+        )
+    for line in (
+        "column 'f': dtypes= asks float64 values to become int32, which truncates them",
+        "column 's': dtypes= applies to columns of numbers",
+        "dtypes= names 'nope', which is not a column",
+    ):
+        assert line in str(e.value)
+    assert sorted(os.listdir(tmp_path)) == ["c"]
 
 
 # ---- refusals: every problem in one error ----------------------------------------

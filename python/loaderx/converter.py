@@ -57,7 +57,7 @@ import numpy as np
 
 from . import _native, errors
 from . import progress as _progress
-from ._schema import CODECS, check_int
+from ._schema import CODECS, check_dtype, check_int
 from .errors import (
     InvalidArgumentError,
     MissingDependencyError,
@@ -282,6 +282,8 @@ class _Plan:
     ndim: int = 0
     codec: str = "raw"
     dictionary: bytes | None = None
+    # The column's own dtype, when dtypes= asked for `dtype` instead.
+    cast_from: np.dtype | None = None
 
     def __post_init__(self) -> None:
         if self.source in ("nested", "struct", "number"):
@@ -656,6 +658,32 @@ def _same_shape(plan: _Plan, shapes: npt.NDArray[np.int64], row0: int) -> tuple[
     return plan.shape
 
 
+def _cast(
+    values: npt.NDArray[np.generic],
+    plan: _Plan,
+    row0: int,
+    starts: npt.NDArray[np.int64] | None,
+) -> npt.NDArray[np.generic]:
+    """`values` in the dtype dtypes= asked for. Integers and booleans must keep
+    their value exactly; floats narrowed to a smaller float are rounded, which is
+    what asking for it means."""
+    if plan.cast_from is None:
+        return values
+    assert plan.dtype is not None
+    out = values.astype(plan.dtype)
+    if plan.cast_from.kind in "biu":
+        changed = np.flatnonzero(out.astype(plan.cast_from) != values)
+        if len(changed):
+            i = int(changed[0])
+            r = i if starts is None else int(np.searchsorted(starts, i, side="right")) - 1
+            raise _BadRecord(
+                f"column {plan.column!r}: row {row0 + r} holds {values[i].item()!r}, which "
+                f"{plan.dtype} cannot hold exactly ({out[i].item()!r}); ask dtypes= for a "
+                "wider type"
+            )
+    return out
+
+
 def _chunk(arr: _Array, plan: _Plan, row0: int) -> Records:
     """The records of one Arrow chunk: a stacked array for Dense, a RaggedBatch
     for Ragged."""
@@ -663,9 +691,11 @@ def _chunk(arr: _Array, plan: _Plan, row0: int) -> Records:
     _no_nulls(arr, plan, row0)
     if plan.source == "number":
         assert plan.dtype is not None
-        return np.ascontiguousarray(arr.to_numpy(zero_copy_only=False), plan.dtype)
+        values = _cast(arr.to_numpy(zero_copy_only=False), plan, row0, None)
+        return np.ascontiguousarray(values, plan.dtype)
     if plan.source == "nested":
         values, starts, shapes = _nested(arr, plan, row0)
+        values = _cast(values, plan, row0, starts)
         assert plan.dtype is not None
         if plan.kind == "ragged":
             return _ragged(values, starts, shapes, plan.dtype)
@@ -679,6 +709,7 @@ def _chunk(arr: _Array, plan: _Plan, row0: int) -> Records:
         values, starts, _ = _nested(
             fields["values"], _Plan(plan.column, "ragged", "nested", plan.dtype, (None,)), row0
         )
+        values = _cast(values, plan, row0, starts)
         shape_plan = _Plan(plan.column, "dense", "nested", np.dtype(np.uint64), (plan.ndim,))
         shape_values, _, _ = _nested(fields["shape"], shape_plan, row0)
         shapes = shape_values.astype(np.int64).reshape(n, plan.ndim)
@@ -843,6 +874,7 @@ ATTRS_KEYS = (
     "class_names",
     "decode",
     "utf8",
+    "cast_from",
 )
 
 
@@ -911,6 +943,30 @@ def _names(option: Iterable[str] | None, what: str) -> frozenset[str]:
     return frozenset(option)
 
 
+def _retype(plan: _Plan, dtype: object) -> str | None:
+    """Makes `plan` store `dtype` as dtypes= asks, or says why it cannot."""
+    if plan.source not in ("number", "nested", "struct"):
+        return f"dtypes= applies to columns of numbers, and this one is {plan.feature}"
+    try:
+        target = check_dtype(dtype)
+    except (InvalidArgumentError, TypeError) as e:
+        return f"dtypes= gives {dtype!r}: {e}"
+    assert plan.dtype is not None
+    if target == plan.dtype:
+        return None
+    if plan.dtype.kind in "fc" and target.kind in "biu":
+        return (
+            f"dtypes= asks {plan.dtype} values to become {target}, which truncates them; "
+            "round them with Dataset.map first"
+        )
+    if plan.dtype.kind == "c" and target.kind == "f":
+        return (
+            f"dtypes= asks {plan.dtype} values to become {target}, which drops the imaginary part"
+        )
+    plan.cast_from, plan.dtype = plan.dtype, target
+    return None
+
+
 def _codec_of(codec: str | Mapping[str, str], column: str) -> str | None:
     if isinstance(codec, str):
         return codec
@@ -933,6 +989,7 @@ def _plan_splits(
     dense: frozenset[str],
     utf8: frozenset[str],
     dict_bytes: Mapping[str, bytes],
+    dtypes: Mapping[str, object],
 ) -> list[_Split]:
     """Every column's plan, or one InvalidArgumentError naming every column (and
     option) that cannot be converted, with what to do instead."""
@@ -988,11 +1045,21 @@ def _plan_splits(
                 problems[f"dict {c!r}"] = (
                     f"dict_bytes= gives a dictionary for column {c!r}, whose codec is {cc!r}"
                 )
+            if c in dtypes:
+                why = _retype(plan, dtypes[c])
+                if why is not None:
+                    problems[f"dtypes {c!r}"] = f"column {c!r}{where}: {why}"
+                    continue
             plan.codec = cc
             plan.dictionary = dict_bytes.get(c)
             split.plans.append(plan)
         out.append(split)
-    for option, names in (("decode", set(decode)), ("dense", dense), ("utf8", utf8)):
+    for option, names in (
+        ("decode", set(decode)),
+        ("dense", dense),
+        ("utf8", utf8),
+        ("dtypes", set(dtypes)),
+    ):
         for c in sorted(names - seen):
             problems[f"{option} {c}"] = f"{option}= names {c!r}, which is not a column"
     if not isinstance(codec, str):
@@ -1196,6 +1263,8 @@ def _attrs(split: _Split, plan: _Plan, t: pa.DataType, extra: Mapping[str, Any])
     }
     if plan.class_names is not None:
         out["class_names"] = list(plan.class_names)
+    if plan.cast_from is not None:
+        out["cast_from"] = str(plan.cast_from)
     if plan.source == "image":
         out["decode"] = plan.kind
     elif plan.source == "bytes" and _is_string(t):
@@ -1244,6 +1313,7 @@ def convert(
     utf8: Iterable[str] | None = None,
     dict_bytes: Mapping[str, bytes] | None = None,
     attrs: Mapping[str, Any] | None = None,
+    dtypes: Mapping[str, npt.DTypeLike] | None = None,
 ) -> Conversion:
     """Writes `dataset` as one store per column (per split) under `path`, which
     must not exist, and returns what it wrote (a ``Conversion``, whose
@@ -1260,7 +1330,10 @@ def convert(
     decodes an ``Image`` column's files with Pillow into one fixed-shape Dense store
     or native-resolution Ragged records; ``dense=[column]`` stores lists of
     undeclared length as Dense when every record has one shape; ``utf8=[column]``
-    stores strings as their UTF-8 bytes (Ragged uint8).
+    stores strings as their UTF-8 bytes (Ragged uint8); ``dtypes={column: dtype}``
+    stores a column of numbers in another dtype (integers must keep their values
+    exactly; floats may be narrowed, e.g. float64 to float32). Nothing else is
+    converted.
 
     ``progress`` reports the rows of each store as it is written (a task named
     ``convert COLUMN`` or ``convert SPLIT/COLUMN``): ``True`` shows a bar per
@@ -1309,6 +1382,7 @@ def convert(
         _names(dense, "dense"),
         _names(utf8, "utf8"),
         dict(dict_bytes or {}),
+        dict(dtypes or {}),
     )
     _dictionaries(plans)
     build = _native.BuildDir(dest)
