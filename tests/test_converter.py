@@ -669,8 +669,16 @@ def datasets_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "ds-cache"))
 
 
+@pytest.fixture
+def online(monkeypatch):
+    """huggingface_hub as without HF_HUB_OFFLINE, whatever the environment says."""
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+
+
 def test_huggingface_uses_the_cached_snapshot_when_the_endpoint_is_unreachable(
-    tmp_path, capsys, datasets_cache
+    tmp_path, capsys, datasets_cache, online
 ):
     hub = cache_with_snapshot(tmp_path / "hub")
     endpoint = f"http://127.0.0.1:{closed_port()}"
@@ -715,7 +723,7 @@ def test_huggingface_offline_never_calls_the_hub(tmp_path, capsys, monkeypatch, 
 
 
 @pytest.mark.parametrize("how", ["argument", "HF_ENDPOINT"])
-def test_huggingface_unreachable_and_not_cached_is_one_sentence(tmp_path, monkeypatch, how):
+def test_huggingface_unreachable_and_not_cached_is_one_sentence(tmp_path, monkeypatch, how, online):
     import traceback
 
     import huggingface_hub
@@ -741,7 +749,7 @@ def test_huggingface_unreachable_and_not_cached_is_one_sentence(tmp_path, monkey
     assert len(printed.splitlines()) < 12
 
 
-def test_huggingface_resolves_the_revision_and_keeps_the_environment(monkeypatch, tmp_path):
+def test_huggingface_resolves_the_revision_and_keeps_the_environment(monkeypatch, tmp_path, online):
     import huggingface_hub
 
     calls = {}
