@@ -107,6 +107,9 @@ def test_float_weights_become_the_documented_integers():
         1,
         3,
     ]
+    # Integers beyond 128 bits are taken as floats on the float path, ratio kept.
+    huge = [2**200, 2**199, 0.0]
+    assert MixtureSampler.from_lengths([5] * 3, huge, 4)._config()["weights"] == [2, 1, 0]
     numpy_ints = [np.int64(6), np.uint8(4)]
     assert MixtureSampler.from_lengths([5, 5], numpy_ints, 4)._config()["weights"] == [3, 2]
 
@@ -339,6 +342,8 @@ def test_same_seed_same_batches_in_another_process():
         (dict(weights=[1.0, 1e-20, 0]), InvalidArgumentError, r"weights\[1\] .* is positive"),
         (dict(weights=[2**63, 2**63, 1]), InvalidArgumentError, "more than 2\\^63"),
         (dict(weights=[2**200, 1, 1]), InvalidArgumentError, "more than 2\\^63"),
+        (dict(weights=[-(2**200), 1, 1]), InvalidArgumentError, r"weights\[0\] is negative"),
+        (dict(weights=[10**400, 1, 1.0]), InvalidArgumentError, "beyond the range of a float"),
         (dict(weights=[1, 1]), InvalidArgumentError, "2 weights for 3 ranges"),
         (dict(weights=[1, True, 1]), TypeError, r"weights\[1\] must be a number, not bool"),
         (dict(weights=[1, "2", 1]), TypeError, r"weights\[1\] must be a real number, got str"),
@@ -355,6 +360,7 @@ def test_same_seed_same_batches_in_another_process():
         (dict(ranges=[(0, 10), (20, 2**64), (30, 40)]), InvalidArgumentError, r"stop of ranges"),
         (dict(ranges=[(0, 10), (10,), (30, 40)]), TypeError, r"ranges\[1\] must be a \(start, s"),
         (dict(ranges=[], weights=[]), InvalidArgumentError, "ranges must not be empty"),
+        (dict(ranges=5), TypeError, r"ranges must be a sequence of \(start, stop\) pairs, got int"),
         (dict(batch_size=0), InvalidArgumentError, r"batch_size must be an integer in \[1, "),
         (dict(batch_size=2**32), InvalidArgumentError, r"batch_size must be below 2\^32"),
         (dict(batch_size=2.0), TypeError, "batch_size must be an integer, got float"),

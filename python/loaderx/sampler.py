@@ -143,7 +143,12 @@ class MixtureSampler(_native.MixtureSampler):
         mode: Sampler.Mode | Sequence[Sampler.Mode] = Sampler.Mode.IID,
         seed: int = 0,
     ) -> MixtureSampler:
-        ranges = list(ranges)
+        try:
+            ranges = list(ranges)
+        except TypeError:
+            raise TypeError(
+                f"ranges must be a sequence of (start, stop) pairs, got {type(ranges).__name__}"
+            ) from None
         if isinstance(mode, Sampler.Mode):
             modes = [mode] * len(ranges)
         elif isinstance(mode, Sequence) and all(isinstance(m, Sampler.Mode) for m in mode):

@@ -264,9 +264,8 @@ fn range_arg(obj: &Bound<'_, PyAny>, i: usize) -> PyResult<(u64, u64)> {
     ))
 }
 
-/// Item `i` of `weights`: an integer (anything with `__index__` but `bool`,
-/// saturated to `i128`, beyond which it is negative or too large either way) or
-/// a real number taken as a float.
+/// Item `i` of `weights`: an integer (anything with `__index__` but `bool`) or a
+/// real number taken as a float.
 fn weight_arg(obj: &Bound<'_, PyAny>, i: usize) -> PyResult<Weight> {
     if obj.is_instance_of::<PyBool>() {
         return Err(PyTypeError::new_err(format!(
@@ -281,11 +280,15 @@ fn weight_arg(obj: &Bound<'_, PyAny>, i: usize) -> PyResult<Weight> {
             .filter(|v| v.is_instance_of::<PyInt>())
     };
     if let Some(v) = index {
-        return Ok(Weight::Int(match v.extract::<i128>() {
-            Ok(v) => v,
-            Err(_) if v.lt(0)? => i128::MIN,
-            Err(_) => i128::MAX,
-        }));
+        return Ok(match v.extract::<i128>() {
+            Ok(v) => Weight::Int(v),
+            // Python's float(int): correctly rounded, OverflowError beyond 2**1024.
+            Err(_) => Weight::LargeInt(match v.extract::<f64>() {
+                Ok(f) => f,
+                Err(_) if v.lt(0)? => f64::NEG_INFINITY,
+                Err(_) => f64::INFINITY,
+            }),
+        });
     }
     obj.extract::<f64>().map(Weight::Float).map_err(|_| {
         PyTypeError::new_err(format!(

@@ -36,9 +36,12 @@ pub const FLOAT_WEIGHT_BITS: u32 = 46;
 /// One weight as the caller gave it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Weight {
-    /// An integer (saturated to the `i128` range by the caller: anything beyond
-    /// it is negative or too large either way).
+    /// An integer.
     Int(i128),
+    /// An integer beyond the `i128` range, as the nearest `f64` (infinite beyond
+    /// the `f64` range): too large, or negative, as an integer weight, and that
+    /// float on the float path.
+    LargeInt(f64),
     /// A floating-point number.
     Float(f64),
 }
@@ -108,8 +111,15 @@ pub fn integer_weights(weights: &[Weight]) -> Result<Vec<u64>> {
     if !any_float {
         let mut total: u128 = 0;
         for (i, w) in weights.iter().enumerate() {
-            let Weight::Int(v) = *w else {
-                return Err(Error("internal: a float weight on the integer path".into()));
+            let v = match *w {
+                Weight::Int(v) => v,
+                Weight::LargeInt(v) if v < 0.0 => {
+                    return Err(Error(format!("weights[{i}] is negative ({v:e})")))
+                }
+                Weight::LargeInt(_) => return Err(too_large()),
+                Weight::Float(_) => {
+                    return Err(Error("internal: a float weight on the integer path".into()))
+                }
             };
             if v < 0 {
                 return Err(Error(format!("weights[{i}] is negative ({v})")));
@@ -126,10 +136,15 @@ pub fn integer_weights(weights: &[Weight]) -> Result<Vec<u64>> {
             .iter()
             .map(|w| match *w {
                 Weight::Int(v) => v as f64,
-                Weight::Float(v) => v,
+                Weight::LargeInt(v) | Weight::Float(v) => v,
             })
             .collect();
         for (i, &v) in values.iter().enumerate() {
+            if v.is_infinite() && matches!(weights[i], Weight::LargeInt(_)) {
+                return Err(Error(format!(
+                    "weights[{i}] is an integer beyond the range of a float"
+                )));
+            }
             if v.is_nan() {
                 return Err(Error(format!("weights[{i}] is NaN")));
             }
@@ -809,6 +824,29 @@ mod tests {
             Ok(vec![1, 3])
         );
         assert_eq!(f(&[5e-324, 1e-323]), Ok(vec![1, 2]));
+        // Integers beyond i128 keep their ratio on the float path.
+        let large = [
+            Weight::LargeInt(2f64.powi(200)),
+            Weight::LargeInt(2f64.powi(199)),
+        ];
+        assert_eq!(
+            integer_weights(&[large[0], large[1], Weight::Float(0.0)]),
+            Ok(vec![2, 1, 0])
+        );
+        assert!(integer_weights(&large)
+            .expect_err("too large")
+            .0
+            .contains("more than 2^63"));
+        let negative = [Weight::LargeInt(-2f64.powi(200)), Weight::Int(1)];
+        assert!(integer_weights(&negative)
+            .expect_err("negative")
+            .0
+            .contains("is negative"));
+        let beyond = [Weight::LargeInt(f64::INFINITY), Weight::Float(1.0)];
+        assert!(integer_weights(&beyond)
+            .expect_err("beyond")
+            .0
+            .contains("beyond the range"));
     }
 
     #[test]
