@@ -180,6 +180,31 @@ def test_each_batch_and_each_contiguous_slice_hold_the_shares():
                 assert np.abs(counts - [2, 4, 6, 8]).max() <= tolerance
 
 
+def test_shares_hold_at_every_step_for_random_configurations():
+    # 2 to 32 ranges, float or integer weights (up to 10**15), batch sizes up to
+    # 4,096, anywhere in the sequence: each batch within 3 slots of B * w_r / W,
+    # and each range's running count within a band of 5 slots around n * w_r / W.
+    rng = random.Random(5)
+    worst_batch = worst_band = 0.0
+    for trial in range(60):
+        r = rng.randint(2, 32)
+        if trial % 2:
+            weights = [rng.random() for _ in range(r)]
+        else:
+            weights = [rng.randint(1, 10 ** rng.randint(1, 15)) for _ in range(r)]
+        b = rng.choice([7, 64, 256, 4096])
+        s = MixtureSampler.from_lengths([10] * r, weights, b, SEQ, seed=trial)
+        share = np.array(s._config()["weights"], dtype=float)
+        share /= share.sum()
+        s.seek(rng.randrange(2**60))
+        per = np.array([np.bincount(s.next() // 10, minlength=r) for _ in range(100)])
+        worst_batch = max(worst_batch, float(np.abs(per - b * share).max()))
+        drift = np.vstack([np.zeros(r), per.cumsum(0) - np.arange(1, 101)[:, None] * b * share])
+        worst_band = max(worst_band, float((drift.max(0) - drift.min(0)).max()))
+    assert worst_batch < 3
+    assert worst_band < 5
+
+
 def test_integer_weights_are_exact_over_every_period():
     ranges = [(0, 10), (10, 20), (20, 30)]
     s = MixtureSampler(ranges, [5, 2, 3], 7, IID, seed=1)

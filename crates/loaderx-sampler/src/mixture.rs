@@ -272,17 +272,26 @@ fn overflow() -> Error {
     Error("internal: 128-bit overflow in a mixture count".into())
 }
 
+/// Slots handled together by [`Mixture::fill`].
+const SLOT_CHUNK: usize = 4096;
+
 /// Reusable memory for [`Mixture::fill`], sized for one mixture.
 #[derive(Clone, Debug, Default)]
 pub struct Scratch {
-    /// The range of each slot of the batch.
+    /// The range of each slot of the chunk.
     slot_range: Vec<u32>,
-    /// The batch's positions grouped by range, before they are put in slot order.
+    /// The chunk's positions grouped by range, before they are put in slot order.
     grouped: Vec<u64>,
-    /// Per range: slots in this batch, then the next read offset into `grouped`.
+    /// Per range: slots in this chunk, then the next read offset into `grouped`.
     count: Vec<usize>,
-    /// The ranges present in the batch, in order of first appearance.
+    /// The ranges present in the chunk, in order of first appearance.
     touched: Vec<u32>,
+    /// Per range: its visits before the first slot of step `at`.
+    visits: Vec<u128>,
+    /// The step whose first slot `visits` describes; `None` when unknown.
+    /// Consecutive draws carry the counts forward in O(B) instead of recomputing
+    /// them with floor sums; the result is the same either way.
+    at: Option<u64>,
 }
 
 /// A validated mixture; [`Mixture::fill`] writes the batch of a step.
@@ -425,17 +434,22 @@ impl Mixture {
     pub fn scratch(&self) -> Result<Scratch> {
         let mut s = Scratch::default();
         let fail = |_| Error("cannot allocate the mixture's scratch memory".into());
-        s.slot_range.try_reserve_exact(self.batch).map_err(fail)?;
-        s.grouped.try_reserve_exact(self.batch).map_err(fail)?;
+        let slots = self.batch.min(SLOT_CHUNK);
+        s.slot_range.try_reserve_exact(slots).map_err(fail)?;
+        s.grouped.try_reserve_exact(slots).map_err(fail)?;
         s.count
             .try_reserve_exact(self.weights.len())
             .map_err(fail)?;
         s.touched
-            .try_reserve_exact(self.batch.min(self.weights.len()))
+            .try_reserve_exact(slots.min(self.weights.len()))
             .map_err(fail)?;
-        s.slot_range.resize(self.batch, 0);
-        s.grouped.resize(self.batch, 0);
+        s.visits
+            .try_reserve_exact(self.weights.len())
+            .map_err(fail)?;
+        s.slot_range.resize(slots, 0);
+        s.grouped.resize(slots, 0);
         s.count.resize(self.weights.len(), 0);
+        s.visits.resize(self.weights.len(), 0);
         Ok(s)
     }
 
@@ -445,34 +459,52 @@ impl Mixture {
         self.bounds.partition_point(|&b| b <= x) - 1
     }
 
-    /// `#{i < m : (i * g) mod W < p}` for `m <= W`, `p <= W`.
-    fn below(&self, m: u128, p: u64) -> Result<u128> {
+    /// `#{i < m : (i * g) mod W < p}` for `m < W`, `p <= W`, given
+    /// `plain = F(m, g, 0, W)`.
+    fn below(&self, m: u128, p: u64, plain: u128) -> Result<u128> {
         let w = self.total_weight() as u128;
-        let g = self.stride as u128;
+        if p == 0 {
+            return Ok(0);
+        }
+        if p as u128 == w {
+            return Ok(m);
+        }
         // (i*g mod W) >= p  <=>  floor((i*g + W - p) / W) - floor(i*g / W) = 1
-        let shifted = floor_sum(m, w, g, w - p as u128).ok_or_else(overflow)?;
-        let plain = floor_sum(m, w, g, 0).ok_or_else(overflow)?;
+        let shifted = floor_sum(m, w, self.stride as u128, w - p as u128).ok_or_else(overflow)?;
         let at_or_above = shifted.checked_sub(plain).ok_or_else(overflow)?;
         m.checked_sub(at_or_above).ok_or_else(overflow)
     }
 
-    /// How many of slots `0 .. n` belong to range `r`: the visit index of the
-    /// next slot of range `r` at or after slot `n`.
-    pub fn visits_before(&self, r: usize, n: u128) -> Result<u128> {
+    /// Writes into `visits[r]` how many of slots `0 .. n` belong to range `r`:
+    /// the visit index of range `r`'s next slot at or after slot `n`. One floor
+    /// sum per range of positive weight, plus one.
+    pub fn visits_before(&self, n: u128, visits: &mut [u128]) -> Result<()> {
+        if visits.len() != self.weights.len() {
+            return Err(Error(format!(
+                "{} counts for {} ranges",
+                visits.len(),
+                self.weights.len()
+            )));
+        }
         let w = self.total_weight() as u128;
-        let weight = *self
-            .weights
-            .get(r)
-            .ok_or_else(|| Error(format!("no range {r}")))?;
         let (periods, rest) = (n / w, n % w);
-        let inside = self
-            .below(rest, self.bounds[r + 1])?
-            .checked_sub(self.below(rest, self.bounds[r])?)
-            .ok_or_else(overflow)?;
-        periods
-            .checked_mul(weight as u128)
-            .and_then(|v| v.checked_add(inside))
-            .ok_or_else(overflow)
+        let plain = floor_sum(rest, w, self.stride as u128, 0).ok_or_else(overflow)?;
+        let mut before = 0; // below(rest, P_r), from P_0 = 0
+        for (r, v) in visits.iter_mut().enumerate() {
+            let weight = self.weights[r];
+            let through = if weight == 0 {
+                before
+            } else {
+                self.below(rest, self.bounds[r + 1], plain)?
+            };
+            let inside = through.checked_sub(before).ok_or_else(overflow)?;
+            *v = periods
+                .checked_mul(weight as u128)
+                .and_then(|x| x.checked_add(inside))
+                .ok_or_else(overflow)?;
+            before = through;
+        }
+        Ok(())
     }
 
     /// The range of slot `n`.
@@ -527,10 +559,13 @@ impl Mixture {
             grouped,
             count,
             touched,
+            visits,
+            at,
         } = scratch;
-        if slot_range.len() != self.batch
-            || grouped.len() != self.batch
+        if slot_range.len() != self.batch.min(SLOT_CHUNK)
+            || grouped.len() != self.batch.min(SLOT_CHUNK)
             || count.len() != self.weights.len()
+            || visits.len() != self.weights.len()
         {
             return Err(Error("scratch memory of another mixture".into()));
         }
@@ -542,38 +577,50 @@ impl Mixture {
 
         let w = self.total_weight();
         let first = step as u128 * self.batch as u128;
+        if *at != Some(step) {
+            *at = None;
+            self.visits_before(first, visits)?;
+        }
+        // Until this batch is complete, `visits` is partly advanced.
+        *at = None;
         let mut x = ((first % w as u128) * self.stride as u128 % w as u128) as u64;
-        for s in slot_range.iter_mut() {
-            let r = self.range_of(x);
-            if count[r] == 0 {
-                touched.push(r as u32);
+        // Slot by slot in chunks small enough for the per-slot buffers to stay in
+        // cache; `visits` carries each range's count from one chunk to the next.
+        for out in out.chunks_mut(SLOT_CHUNK) {
+            let slot_range = &mut slot_range[..out.len()];
+            for s in slot_range.iter_mut() {
+                let r = self.range_of(x);
+                if count[r] == 0 {
+                    touched.push(r as u32);
+                }
+                count[r] += 1;
+                *s = r as u32;
+                // x < W <= 2^63 and g < W: no overflow.
+                x += self.stride;
+                if x >= w {
+                    x -= w;
+                }
             }
-            count[r] += 1;
-            *s = r as u32;
-            // x < W <= 2^63 and g < W: no overflow.
-            x += self.stride;
-            if x >= w {
-                x -= w;
+            let mut offset = 0;
+            for &r in touched.iter() {
+                let r = r as usize;
+                let n = count[r];
+                self.fill_visits(r, visits[r], &mut grouped[offset..offset + n])?;
+                visits[r] = visits[r].checked_add(n as u128).ok_or_else(overflow)?;
+                count[r] = offset;
+                offset += n;
             }
+            for (o, &r) in out.iter_mut().zip(slot_range.iter()) {
+                let next = &mut count[r as usize];
+                *o = grouped[*next];
+                *next += 1;
+            }
+            for &r in touched.iter() {
+                count[r as usize] = 0;
+            }
+            touched.clear();
         }
-        let mut offset = 0;
-        for &r in touched.iter() {
-            let r = r as usize;
-            let n = count[r];
-            let k0 = self.visits_before(r, first)?;
-            self.fill_visits(r, k0, &mut grouped[offset..offset + n])?;
-            count[r] = offset;
-            offset += n;
-        }
-        for (o, &r) in out.iter_mut().zip(slot_range.iter()) {
-            let at = &mut count[r as usize];
-            *o = grouped[*at];
-            *at += 1;
-        }
-        for &r in touched.iter() {
-            count[r as usize] = 0;
-        }
-        touched.clear();
+        *at = step.checked_add(1);
         Ok(())
     }
 }
@@ -657,10 +704,10 @@ mod tests {
                 .collect();
             let m = mixture(&ranges, w, 5, Mode::Iid);
             let mut seen = vec![0u128; w.len()];
+            let mut got = vec![0u128; w.len()];
             for n in 0..3000u128 {
-                for (r, s) in seen.iter().enumerate() {
-                    assert_eq!(m.visits_before(r, n).expect("count"), *s, "w={w:?} n={n}");
-                }
+                m.visits_before(n, &mut got).expect("count");
+                assert_eq!(got, seen, "w={w:?} n={n}");
                 seen[m.range_of_slot(n)] += 1;
             }
         }
@@ -692,9 +739,11 @@ mod tests {
         let ranges = [(0u64, 10u64), (10, 20), (20, 30)];
         let m = Mixture::new(&ranges, &w, 64, &[Mode::Iid; 3], 1).expect("m");
         let total = m.total_weight() as f64;
+        let mut visits = [0u128; 3];
         for n in [1000u128, 123_456_789, 1 << 40, 1 << 50, 1 << 90] {
-            for r in 0..3 {
-                let got = m.visits_before(r, n).expect("count") as f64;
+            m.visits_before(n, &mut visits).expect("count");
+            for (r, &v) in visits.iter().enumerate() {
+                let got = v as f64;
                 let want = n as f64 * m.weights()[r] as f64 / total;
                 assert!(
                     (got - want).abs() < 64.0 + want * 1e-12,
@@ -763,6 +812,42 @@ mod tests {
             );
         }
         assert_eq!(small, want);
+    }
+
+    #[test]
+    fn carried_counts_equal_fresh_ones() {
+        let ranges = [(0u64, 7u64), (100, 1000), (2000, 2003), (5000, 5001)];
+        let w = ints(&[3, 0, 5, 1]);
+        let modes = [Mode::Cyclic, Mode::Iid, Mode::Cyclic, Mode::Sequential];
+        for b in [1usize, 4, 9, 64] {
+            let m = Mixture::new(&ranges, &w, b, &modes, 3).expect("m");
+            let mut scratch = m.scratch().expect("s");
+            let mut out = vec![0; b];
+            for step in (0..40u64).chain([7, 8, 9, 3, u64::MAX - 2, u64::MAX - 1, u64::MAX, 0]) {
+                m.fill(step, &mut out, &mut scratch).expect("fill");
+                assert_eq!(out, batch(&m, step), "b={b} step={step}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_batch_of_several_chunks_is_its_slots_one_by_one() {
+        let ranges = [(0u64, 50u64), (100, 30_000), (40_000, 40_003)];
+        let w = ints(&[3, 11, 2]);
+        let modes = [Mode::Cyclic, Mode::Iid, Mode::Sequential];
+        let big = Mixture::new(&ranges, &w, 3 * SLOT_CHUNK + 17, &modes, 4).expect("big");
+        let one = Mixture::new(&ranges, &w, 1, &modes, 4).expect("one");
+        let mut scratch = one.scratch().expect("s");
+        for step in [0u64, 5] {
+            let got = batch(&big, step);
+            let first = step * big.batch() as u64;
+            for (i, v) in got.iter().enumerate() {
+                let mut out = [0u64];
+                one.fill(first + i as u64, &mut out, &mut scratch)
+                    .expect("fill");
+                assert_eq!(*v, out[0], "step {step} slot {i}");
+            }
+        }
     }
 
     #[test]
