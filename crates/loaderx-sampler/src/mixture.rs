@@ -455,8 +455,16 @@ impl Mixture {
 
     /// The range owning point `x < W`: the `r` with `P_r <= x < P_(r+1)`, which
     /// has a positive weight.
+    #[inline(always)]
     fn range_of(&self, x: u64) -> usize {
-        self.bounds.partition_point(|&b| b <= x) - 1
+        let inner = &self.bounds[1..self.bounds.len() - 1];
+        if inner.len() <= 8 {
+            // Branch-free for few ranges: slot ranges follow no pattern a branch
+            // predictor could learn.
+            inner.iter().map(|&b| (b <= x) as usize).sum()
+        } else {
+            self.bounds.partition_point(|&b| b <= x) - 1
+        }
     }
 
     /// `#{i < m : (i * g) mod W < p}` for `m < W`, `p <= W`, given
@@ -574,6 +582,14 @@ impl Mixture {
             count[r as usize] = 0;
         }
         touched.clear();
+        // Slices rather than the vectors: the loops below then keep their
+        // pointers in registers instead of reloading them after every store.
+        let (slot_range, grouped, count, visits) = (
+            slot_range.as_mut_slice(),
+            grouped.as_mut_slice(),
+            count.as_mut_slice(),
+            visits.as_mut_slice(),
+        );
 
         let w = self.total_weight();
         let first = step as u128 * self.batch as u128;
@@ -595,11 +611,9 @@ impl Mixture {
                 }
                 count[r] += 1;
                 *s = r as u32;
-                // x < W <= 2^63 and g < W: no overflow.
+                // x < W <= 2^63 and g < W: no overflow. Branch-free, as above.
                 x += self.stride;
-                if x >= w {
-                    x -= w;
-                }
+                x -= w & 0u64.wrapping_sub((x >= w) as u64);
             }
             let mut offset = 0;
             for &r in touched.iter() {
