@@ -16,7 +16,9 @@ slot was drawn for, each batch's counts per range within 5 of ``B * weight``
 standard deviations over all verified batches. Each figure is the median over
 timed blocks of the mean time per call in a block of ``--block`` calls; the
 contenders take turns for every (mode, R, B) in each round, so that changes in
-machine load hit them alike.
+machine load hit them alike. CPU time of the calling thread is the main figure
+(the fill runs in that thread, with or without the GIL); wall-clock ratios are
+printed beside it.
 
 Usage: python scripts/bench_mixture.py [--rounds 3] [--block 200] [--blocks 25]
 """
@@ -100,17 +102,20 @@ def numpy_mixture(
     return draw
 
 
-def per_call(call: Callable[[], object], block: int, blocks: int) -> float:
-    """Median over ``blocks`` of the mean seconds per call in ``block`` calls."""
+def per_call(call: Callable[[], object], block: int, blocks: int) -> tuple[float, float]:
+    """Medians over ``blocks`` of the mean seconds per call in ``block`` calls:
+    wall-clock time, and this thread's CPU time (which a shared, loaded machine
+    inflates far less: a long call is more often preempted mid-way)."""
     for _ in range(block):
         call()
-    means = []
+    wall, cpu = [], []
     for _ in range(blocks):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         for _ in range(block):
             call()
-        means.append((time.perf_counter() - t0) / block)
-    return statistics.median(means)
+        cpu.append((time.thread_time() - c0) / block)
+        wall.append((time.perf_counter() - t0) / block)
+    return statistics.median(wall), statistics.median(cpu)
 
 
 def main(argv: list[str]) -> int:
@@ -129,7 +134,7 @@ def main(argv: list[str]) -> int:
     print(f"# load average before: {load_average()}")
     print("# outputs verified: ranges, per-batch shares, seek; NumPy shares within 5 sigma")
 
-    results: dict[tuple[str, int, int], dict[str, list[float]]] = {}
+    results: dict[tuple[str, int, int], dict[str, list[tuple[float, float]]]] = {}
     for _ in range(args.rounds):
         for mode_name, r, b in cases:
             mode = Sampler.Mode[mode_name]
@@ -146,22 +151,30 @@ def main(argv: list[str]) -> int:
                 got.setdefault(name, []).append(per_call(call, block, args.blocks))
     print(f"# load average after: {load_average()}")
     print()
-    print(f"Median µs per next(), {LENGTH:,} positions in R ranges, {args.rounds} rounds")
+    print(
+        f"Median µs of CPU time per next(), {LENGTH:,} positions in R ranges, "
+        f"{args.rounds} rounds; last column: the wall-clock ratio"
+    )
     print()
     print(
-        "| mode | R | B | MixtureSampler | Sampler | mixture / Sampler "
-        "| NumPy mixture | NumPy / mixture |"
+        "| mode | R | B | MixtureSampler | Sampler | mixture / Sampler | NumPy mixture "
+        "| NumPy / mixture | mixture / Sampler, wall |"
     )
-    print("|---|--:|--:|--:|--:|--:|--:|--:|")
+    print("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+
+    def us(name: str, got: dict[str, list[tuple[float, float]]], column: int) -> float:
+        return statistics.median(t[column] for t in got[name]) * 1e6
+
     for (mode_name, r, b), got in results.items():
-        mix = statistics.median(got["mixture"]) * 1e6
-        plain = statistics.median(got["sampler"]) * 1e6
+        mix, plain = us("mixture", got, 1), us("sampler", got, 1)
+        wall = us("mixture", got, 0) / us("sampler", got, 0)
         if "numpy" in got:
-            numpy_us = statistics.median(got["numpy"]) * 1e6
-            tail = f"{numpy_us:.2f} | {numpy_us / mix:.1f}x"
+            numpy_us = us("numpy", got, 1)
+            middle = f"{numpy_us:.2f} | {numpy_us / mix:.1f}x"
         else:
-            tail = "- | -"
+            middle = "- | -"
         print(
-            f"| {mode_name} | {r} | {b} | {mix:.2f} | {plain:.2f} | {mix / plain:.2f}x | {tail} |"
+            f"| {mode_name} | {r} | {b} | {mix:.2f} | {plain:.2f} | {mix / plain:.2f}x "
+            f"| {middle} | {wall:.2f}x |"
         )
     return 0
