@@ -274,6 +274,10 @@ def exercise_store(nat: Native, root: pathlib.Path, codec: str, dictionary: byte
     assert nat.call(dense, "dictionary") == dictionary
     nat.call(dense, "verify")
     nat.call(dense, "verify_files")
+    sizes = nat.get(dense, "data_file_sizes")
+    assert len(sizes) == 2 and sum(sizes) == sum(
+        os.path.getsize(root / "dense" / f"data-00{k}.bin") for k in range(2)
+    )
     nat.call(dense, "verify_records", 2, 7)
     logical, stored = nat.call(dense, "record_sizes", 1, 4)
     assert logical.tolist() == [24, 24, 24] and logical.dtype == stored.dtype == np.uint64
@@ -352,6 +356,9 @@ def exercise_functions(nat: Native, root: pathlib.Path) -> bytes:
     sizes = [len(samples) // 40] * 40
     dictionary = nat.call(_native, "train_dictionary", samples, sizes, 1024)
     assert 0 < len(dictionary) <= 1024
+    assert nat.call(_native, "encoded_size", "raw", samples, sizes) == len(samples)
+    squeezed = nat.call(_native, "encoded_size", "zstd_dict", samples, sizes, dict=dictionary)
+    assert 0 < squeezed < len(samples)
     build = nat.call(_native.BuildDir, "__new__", root / "built")
     staged = nat.get(build, "path")
     assert staged.parent == root and staged.exists()
@@ -455,7 +462,7 @@ def test_constants_have_their_annotated_types():
     constants = stub_constants(STUB)
     assert set(constants) == {
         "DTYPES", "CODECS", "FORMAT_VERSION", "DEFAULT_DATA_SHARDS", "MAX_DATA_SHARDS",
-        "MAX_NDIM", "MAX_RECORD_BYTES", "MAX_ATTRS_BYTES", "ZSTD_LEVEL", "ALIGN",
+        "MAX_NDIM", "MAX_RECORD_BYTES", "MAX_ATTRS_BYTES", "HEADER_FILE", "ZSTD_LEVEL", "ALIGN",
         "DEFAULT_IDLE_LIMIT", "DL_CPU", "DL_CUDA", "DL_ROCM",
     }  # fmt: skip
     for name, annotation in constants.items():

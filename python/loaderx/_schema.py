@@ -159,7 +159,8 @@ def _check_json(value: object, where: str, active: list[int]) -> None:
 
 def encode_attrs(attrs: object) -> bytes | None:
     """`attrs` (a dict of str keys and JSON values) as the bytes a store keeps;
-    None for None or an empty dict, which a store keeps as no attributes. Refuses,
+    None for None or an empty dict, which a store keeps as no attributes. Keys are
+    sorted. Refuses,
     naming the place, anything that would not read back equal, and more than
     ``MAX_ATTRS_BYTES`` of JSON."""
     if attrs is None:
@@ -170,7 +171,11 @@ def encode_attrs(attrs: object) -> bytes | None:
     _check_json(attrs, "attrs", [])
     if not attrs:
         return None
-    raw = json.dumps(attrs, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    # Keys sorted, so that equal attributes are equal bytes (and so equal header
+    # checksums; concat compares sources' attributes by their bytes).
+    raw = json.dumps(
+        attrs, ensure_ascii=False, allow_nan=False, separators=(",", ":"), sort_keys=True
+    ).encode()
     if len(raw) > MAX_ATTRS_BYTES:
         raise InvalidArgumentError(
             f"attrs take {len(raw):,} bytes of JSON; a store keeps at most {MAX_ATTRS_BYTES:,}"

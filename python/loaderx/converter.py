@@ -83,6 +83,7 @@ __all__ = [
     "Conversion",
     "convert",
     "huggingface",
+    "load_source",
 ]
 
 #: Rows per Arrow batch read from the dataset; a Ragged batch whose elements
@@ -1583,3 +1584,38 @@ def huggingface(
             "split": split,
         }
     return loaded
+
+def load_source(
+    source: str | os.PathLike[str], *, config: str | None = None, revision: str | None = None
+) -> Dataset | DatasetDict:
+    """The dataset `source` names, for ``convert``: a directory written by
+    ``save_to_disk`` (a ``Dataset`` or ``DatasetDict``), a ``.parquet`` file, an
+    ``.arrow`` file as ``datasets`` writes them (Arrow IPC stream), or, when no
+    such path exists, a Hub dataset id fetched with :func:`huggingface` (`config`
+    and `revision` apply to it)."""
+    try:
+        import datasets  # pyright: ignore[reportMissingTypeStubs]
+    except ImportError as e:
+        raise ImportError(
+            "load_source needs the converter extra: run `pip install -e '.[converter]'` in the "
+            "loaderx checkout"
+        ) from e
+    path = os.fspath(source)
+    if os.path.isdir(path):
+        return datasets.load_from_disk(path)  # pyright: ignore[reportUnknownMemberType]
+    if path.endswith(".parquet") or path.endswith(".arrow") or os.path.exists(path):
+        if not os.path.isfile(path):
+            raise errors.StoreNotFoundError(2, "no such file", path)
+        if path.endswith(".parquet"):
+            import pyarrow.parquet as pq
+            from datasets.table import InMemoryTable  # pyright: ignore[reportMissingTypeStubs]
+
+            # pyarrow's stubs leave some of read_table's parameters untyped.
+            table = pq.read_table(path, memory_map=True)  # pyright: ignore[reportUnknownMemberType]
+            return datasets.Dataset(InMemoryTable(table))
+        if path.endswith(".arrow"):
+            return datasets.Dataset.from_file(path)
+        raise InvalidArgumentError(
+            f"{path}: not a save_to_disk directory, a .parquet or an .arrow file"
+        )
+    return huggingface(path, config=config, revision=revision)

@@ -24,6 +24,7 @@ fn constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_NDIM", zrecord::MAX_NDIM)?;
     m.add("MAX_RECORD_BYTES", zrecord::MAX_RECORD_BYTES)?;
     m.add("MAX_ATTRS_BYTES", zrecord::MAX_ATTRS_BYTES)?;
+    m.add("HEADER_FILE", zrecord::HEADER_FILE)?;
     m.add("ZSTD_LEVEL", zrecord::ZSTD_LEVEL)?;
     m.add("ALIGN", zrecord::ALIGN)?;
     m.add("DEFAULT_IDLE_LIMIT", loaderx_gather::DEFAULT_IDLE_LIMIT)?;
@@ -45,6 +46,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(store::check_ragged, m)?)?;
     m.add_function(wrap_pyfunction!(store::out_of_range, m)?)?;
     m.add_function(wrap_pyfunction!(store::train_dictionary, m)?)?;
+    m.add_function(wrap_pyfunction!(store::encoded_size, m)?)?;
     m.add_class::<store::PyBuildDir>()?;
     m.add_function(wrap_pyfunction!(store::clean_stale, m)?)?;
     m.add_function(wrap_pyfunction!(store::concat, m)?)?;

@@ -133,6 +133,12 @@ impl PyStore {
         self.store.header().version
     }
 
+    /// The size of each data file, as the header records it.
+    #[getter]
+    fn data_file_sizes(&self) -> Vec<u64> {
+        self.store.header().shard_sizes.clone()
+    }
+
     /// Whether gathers verify each record's checksum.
     #[getter]
     fn checked(&self) -> bool {
@@ -504,6 +510,23 @@ pub fn train_dictionary<'py>(
         .detach(|| zrecord::train_dictionary(bytes, &sizes, max_size))
         .py_err()?;
     Ok(PyBytes::new(py, &dict))
+}
+
+/// The bytes `codec` would store for the records laid end to end in `data` (a
+/// host array), `sizes` giving each record's length in bytes.
+#[pyfunction]
+#[pyo3(signature = (codec, data, sizes, dict=None))]
+pub fn encoded_size(
+    py: Python<'_>,
+    codec: &str,
+    data: &Bound<'_, PyAny>,
+    sizes: Vec<usize>,
+    dict: Option<Vec<u8>>,
+) -> PyResult<u64> {
+    let codec = parse_codec(codec)?;
+    let bytes = host_bytes(data)?;
+    py.detach(|| zrecord::encoded_size(codec, dict.as_deref(), bytes, &sizes))
+        .py_err()
 }
 
 /// A locked build directory beside `dest`, published or removed the way a

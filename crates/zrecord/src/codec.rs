@@ -219,6 +219,30 @@ impl Drop for DecodeSession<'_> {
     }
 }
 
+/// The bytes `codec` (level [`ZSTD_LEVEL`], with `dict` for `zstd_dict`) stores
+/// for the records laid end to end in `data`, `sizes` giving each record's length:
+/// how well a codec would do on a sample of a store's records.
+pub fn encoded_size(
+    codec: Codec,
+    dict: Option<&[u8]>,
+    data: &[u8],
+    sizes: &[usize],
+) -> Result<u64> {
+    if sizes.iter().try_fold(0usize, |a, &n| a.checked_add(n)) != Some(data.len()) {
+        return Err(Error::InvalidArgument(
+            "record sizes do not add up to the data length".into(),
+        ));
+    }
+    let encoder = Encoder::new(codec, dict)?;
+    let (mut total, mut at, mut scratch) = (0u64, 0usize, Vec::new());
+    for &n in sizes {
+        scratch.clear();
+        total = total.saturating_add(encoder.encode(&data[at..at + n], &mut scratch)? as u64);
+        at += n;
+    }
+    Ok(total)
+}
+
 /// Trains a zstd dictionary from samples laid end to end in `data`.
 pub fn train_dictionary(data: &[u8], sizes: &[usize], max_size: usize) -> Result<Vec<u8>> {
     zstd::dict::from_continuous(data, sizes, max_size)

@@ -21,7 +21,7 @@ mod reader;
 mod recycle;
 mod writer;
 
-pub use codec::{train_dictionary, Codec, ALL_CODECS, MAX_EXPANSION, ZSTD_LEVEL};
+pub use codec::{encoded_size, train_dictionary, Codec, ALL_CODECS, MAX_EXPANSION, ZSTD_LEVEL};
 pub use concat::{concat, ConcatOptions, ConcatReport};
 pub use dtype::{dl_code, DType, ALL_DTYPES};
 pub use error::{out_of_range_message, Error, Result};
