@@ -11,7 +11,8 @@ import pytest
 
 from loaderx import __main__ as cli
 from loaderx import converter
-from loaderx.__main__ import Advice, codec_advice, find_stores, main
+from loaderx.__main__ import find_stores, main
+from loaderx.utils import CodecAdvice, codec_advice
 from loaderx.zrecord import Dense, Ragged, RaggedBatch
 
 LENGTHS = [0, 7, 3, 12, 1, 40, 5, 5, 9, 2, 30, 17]
@@ -106,41 +107,53 @@ def test_empty_store(tmp_path, capsys):
 
 
 def test_codec_advice_rule():
-    assert codec_advice("zstd", 100, 800, 1700).codec == "zstd_dict"
-    # Small records that zstd does shrink need no advice.
-    assert codec_advice("zstd", 100, 800, 790) is None
-    # Large records zstd cannot shrink: the data does not compress.
-    assert codec_advice("zstd", 10, 10 * 4096, 10 * 4096 + 90).codec == "raw"
-    assert codec_advice("zstd_dict", 100, 800, 900).codec == "raw"
-    assert codec_advice("raw", 10, 40960, 40960, zstd_sample_ratio=2.0).codec == "zstd"
-    assert codec_advice("raw", 10, 40960, 40960, zstd_sample_ratio=1.99) is None
-    assert codec_advice("raw", 10, 40960, 40960, zstd_sample_ratio=None) is None
-    assert codec_advice("zstd", 0, 0, 0) is None
-    advice = codec_advice("zstd", 1000, 8000, 17000)
-    assert advice == Advice(
-        "zstd_dict",
-        "records average 8 bytes and zstd stores 17,000 bytes for 8,000: frames this small "
-        "have too little in them to compress; a dictionary trained on the records "
-        "(loaderx.utils.train_dict) gives every frame their common content",
+    # A compressing codec that does not pay (stored > 0.95 of raw)...
+    assert codec_advice("zstd", 1000, 1000 * 31, 1000 * 40).codec == "raw"  # tiny records
+    assert codec_advice("zstd", 1000, 1000 * 32, 1000 * 40).codec == "zstd_dict"
+    assert codec_advice("zstd", 999, 999 * 32, 999 * 40).codec == "raw"  # too few to train
+    assert codec_advice("zstd", 1000, 1000 * 4095, 1000 * 4095).codec == "zstd_dict"
+    assert codec_advice("zstd", 1000, 1000 * 4096, 1000 * 4096).codec == "raw"  # large
+    assert codec_advice("zstd_dict", 1000, 1000 * 100, 1000 * 100).codec == "raw"
+    # ...and one that does.
+    assert codec_advice("zstd", 1000, 100_000, 95_000) is None
+    assert codec_advice("zstd", 1000, 100_000, 95_001).codec == "zstd_dict"
+    # Raw: only a sample compressed by zstd says anything.
+    assert codec_advice("raw", 10, 40960, 40960, zstd_ratio=2.0) == CodecAdvice(
+        "zstd",
+        "zstd shrinks a sample of the records 2.0x; codec='zstd' would store about "
+        "20,480 bytes instead of 40,960",
     )
+    assert codec_advice("raw", 10, 40960, 40960, zstd_ratio=1.99) is None
+    assert codec_advice("raw", 10, 40960, 40960) is None
+    assert codec_advice("zstd", 0, 0, 0) is None
 
 
 def test_info_advises_on_real_stores(tmp_path, capsys):
     rng = np.random.default_rng(0)
-    tiny = make_dense(tmp_path / "tiny", rng.integers(0, 256, (500, 8), dtype=np.uint8), "zstd")
-    big = make_dense(tmp_path / "big", np.zeros((20, 8192), np.uint8), "zstd")
+    noise = rng.integers(0, 256, (1000, 64), dtype=np.uint8)
+    small = make_dense(tmp_path / "small", noise, "zstd")
+    tiny = make_dense(tmp_path / "tiny", noise[:, :8].copy(), "zstd")
+    big_zeros = make_dense(tmp_path / "big", np.zeros((20, 8192), np.uint8), "zstd")
+    big = rng.integers(0, 256, (8, 8192), dtype=np.uint8)
+    big_noise = make_dense(tmp_path / "bign", big, "zstd")
     raw_zeros = make_dense(tmp_path / "rawz", np.zeros((20, 8192), np.uint8), "raw")
-    raw_noise = make_dense(
-        tmp_path / "rawn", rng.integers(0, 256, (20, 8192), dtype=np.uint8), "raw"
+    raw_noise = make_dense(tmp_path / "rawn", big, "raw")
+    paths = [small, tiny, big_zeros, big_noise, raw_zeros, raw_noise]
+    by_path = {s["path"]: s for s in info_json(capsys, *paths)["stores"]}
+    advised = {p: (by_path[p]["advice"] or {}).get("codec") for p in paths}
+    assert advised == {
+        small: "zstd_dict",
+        tiny: "raw",
+        big_zeros: None,
+        big_noise: "raw",
+        raw_zeros: "zstd",
+        raw_noise: None,
+    }
+    assert by_path[small]["stored_bytes"] > 0.95 * by_path[small]["logical_bytes"]
+    assert main(["info", small]) == 0
+    assert "  advice      zstd_dict: records this small gain nothing from plain zstd" in (
+        capsys.readouterr().out
     )
-    by_path = {s["path"]: s for s in info_json(capsys, tiny, big, raw_zeros, raw_noise)["stores"]}
-    assert by_path[tiny]["stored_bytes"] >= by_path[tiny]["logical_bytes"]
-    assert by_path[tiny]["advice"]["codec"] == "zstd_dict"
-    assert by_path[big]["advice"] is None
-    assert by_path[raw_zeros]["advice"]["codec"] == "zstd"
-    assert by_path[raw_noise]["advice"] is None
-    assert main(["info", tiny]) == 0
-    assert "  advice      use zstd_dict: records average 8 bytes" in capsys.readouterr().out
 
 
 def test_converted_root(tmp_path, capsys):
@@ -151,7 +164,7 @@ def test_converted_root(tmp_path, capsys):
             "test": datasets.Dataset.from_dict({"label": [4, 5], "tok": [[7, 8, 9], [1]]}),
         }
     )
-    root = converter.convert(dd, tmp_path / "root", codec="raw", progress=False)
+    root = os.fspath(converter.convert(dd, tmp_path / "root", codec="raw", progress=False))
     stores = info_json(capsys, root)["stores"]
     assert [(s["path"], s["kind"], s["records"]) for s in stores] == [
         (os.path.join(root, "test", "label"), "dense", 2),
@@ -237,6 +250,13 @@ def test_convert_from_disk_parquet_and_hub(tmp_path, capsys, monkeypatch):
     assert main(["convert", "owner/name", str(dest), "--revision", "abc", "--quiet"]) == 0
     assert calls == [("owner/name", None, "abc")]
     assert len(Dense.open(dest / "train" / "x")) == 3
+    # Three 8-byte records in zstd: the converter's advice, one line each.
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"advice: zstd stored column 'train/{c}' in 51 bytes for 24 raw (8 bytes per record): "
+        "records this small cannot be compressed one by one; use codec='raw'"
+        for c in ("x", "v")
+    ]
     assert main(["convert", str(tmp_path / "missing.parquet"), str(tmp_path / "m")]) == 1
     assert "missing.parquet" in capsys.readouterr().err
     assert main(["convert", str(tmp_path / "saved"), str(dest), "--quiet"]) == 1

@@ -40,26 +40,23 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from . import _native
 from .errors import LoaderxError
+from .utils import codec_advice
 from .zrecord import Dense, Ragged, ZrecordError, clean
 
-__all__ = ["Advice", "codec_advice", "main", "store_info"]
+__all__ = ["find_stores", "main", "store_info"]
 
 OK, FAILED, USAGE = 0, 1, 2
 
-# The codec advice rules' thresholds.
-# A record this small (mean logical bytes) gains little from a frame of its own.
-SMALL_RECORD_BYTES = 4096
-# zstd on a raw store's sample saving at least this factor is worth advising.
-COMPRESSIBLE_RATIO = 2.0
-# At most this many records, and bytes, of a raw store are sampled for the advice.
+# At most this many records, and bytes, of a raw store are sampled to see what
+# zstd would save.
 SAMPLE_RECORDS = 64
 SAMPLE_BYTES = 4 << 20
 # Records whose sizes one call reads from the index.
@@ -92,59 +89,6 @@ def find_stores(path: str) -> list[str]:
             found.append(top)
             dirs[:] = []  # a store holds no stores
     return found or [path]
-
-
-@dataclass(frozen=True)
-class Advice:
-    """A codec to prefer over the store's, and why."""
-
-    codec: Literal["raw", "zstd", "zstd_dict"]
-    reason: str
-
-
-def codec_advice(
-    codec: str,
-    records: int,
-    logical_bytes: int,
-    stored_bytes: int,
-    zstd_sample_ratio: float | None = None,
-) -> Advice | None:
-    """The one rule behind ``info``'s advice. `zstd_sample_ratio` is what plain
-    zstd achieved (logical / stored) on a sample of a raw store's records.
-
-    * ``zstd`` or ``zstd_dict`` storing at least the logical bytes: compression
-      buys nothing. Small records (``SMALL_RECORD_BYTES``) want ``zstd_dict`` from
-      plain ``zstd``, as each frame alone has too little to find repeats in;
-      otherwise the data does not compress and ``raw`` reads without decoding.
-    * ``raw`` whose sample zstd shrinks by ``COMPRESSIBLE_RATIO`` or more: ``zstd``.
-    """
-    if records == 0 or logical_bytes == 0:
-        return None
-    mean = logical_bytes / records
-    if codec in ("zstd", "zstd_dict") and stored_bytes >= logical_bytes:
-        if codec == "zstd" and mean < SMALL_RECORD_BYTES:
-            return Advice(
-                "zstd_dict",
-                f"records average {mean:,.0f} bytes and zstd stores {stored_bytes:,} bytes "
-                f"for {logical_bytes:,}: frames this small have too little in them to "
-                "compress; a dictionary trained on the records (loaderx.utils.train_dict) "
-                "gives every frame their common content",
-            )
-        return Advice(
-            "raw",
-            f"{codec} stores {stored_bytes:,} bytes for {logical_bytes:,}: the data does not "
-            "compress, and raw reads without decoding",
-        )
-    ratio = zstd_sample_ratio
-    if codec == "raw" and ratio is not None and ratio >= COMPRESSIBLE_RATIO:
-        small = " (zstd_dict may do better on records this small)"
-        return Advice(
-            "zstd",
-            f"zstd shrinks a sample of the records {ratio:.1f}x; the store would take about "
-            f"{logical_bytes / ratio:,.0f} bytes instead of {logical_bytes:,}"
-            + (small if mean < SMALL_RECORD_BYTES else ""),
-        )
-    return None
 
 
 def _sizes(reader: Dense | Ragged) -> tuple[int, int, np.ndarray | None]:
@@ -270,7 +214,7 @@ def _info_text(d: dict[str, Any]) -> str:
     if d["attrs"]:
         lines.append(f"  attrs       {json.dumps(d['attrs'], ensure_ascii=False)}")
     if d["advice"] is not None:
-        lines.append(f"  advice      use {d['advice']['codec']}: {d['advice']['reason']}")
+        lines.append(f"  advice      {d['advice']['codec']}: {d['advice']['reason']}")
     return "\n".join(lines)
 
 
@@ -359,17 +303,22 @@ def _convert(args: argparse.Namespace) -> int:
 
     try:
         dataset = converter.load_source(args.src, config=args.config, revision=args.revision)
-        done = converter.convert(
-            dataset,
-            args.dest,
-            codec=args.codec,
-            data_shards=args.data_shards,
-            progress=not args.quiet,
-        )
+        with warnings.catch_warnings():
+            # Printed below as lines of their own rather than as Python warnings.
+            warnings.simplefilter("ignore", converter.CodecAdviceWarning)
+            done = converter.convert(
+                dataset,
+                args.dest,
+                codec=args.codec,
+                data_shards=args.data_shards,
+                progress=not args.quiet,
+            )
     except _READ_ERRORS as e:
         print(f"error: {_error(e)}", file=sys.stderr)
         return FAILED
     print(os.fspath(done))
+    for advice in done.advice:
+        print(f"advice: {advice}", file=sys.stderr)
     return OK
 
 

@@ -64,6 +64,7 @@ from .errors import (
     StorageError,
     StoreExistsError,
 )
+from .utils import codec_advice
 from .zrecord import Dense, DenseWriter, Ragged, RaggedBatch, RaggedWriter
 
 if TYPE_CHECKING:
@@ -92,16 +93,6 @@ BATCH_ROWS = 4096
 #: Rows decoded at a time for ``decode=``: decoded pixels are much larger than
 #: their files.
 DECODE_ROWS = 64
-#: A codec "pays" when the stored bytes are at most this fraction of the raw ones.
-PAYS = 0.95
-#: Below this mean record size, zstd frames carry more tables than data and a
-#: dictionary is the remedy; above it, a codec that saves nothing is best dropped.
-SMALL_RECORD = 4096
-#: Below this mean record size no per-record codec pays: a frame's header and
-#: checksum alone take several bytes.
-TINY_RECORD = 32
-#: Fewer records than this give a dictionary too little to learn from.
-DICT_RECORDS = 1000
 
 # Features whose Arrow storage is {bytes, path}: one encoded file per row.
 _FILE_FEATURES = ("Image", "Audio", "Video", "Pdf", "Nifti", "Mesh", "BioSequence", "BioStructure")
@@ -1154,25 +1145,15 @@ def _stored_bytes(path: str) -> int:
 
 def _advice(report: ColumnReport) -> str | None:
     """What to change when a codec did not make the store smaller."""
-    if report.codec == "raw" or report.raw_bytes == 0:
-        return None
-    if report.stored_bytes <= PAYS * report.raw_bytes:
+    advice = codec_advice(report.codec, report.records, report.raw_bytes, report.stored_bytes)
+    if advice is None:
         return None
     name = report.column if report.split is None else f"{report.split}/{report.column}"
     mean = report.raw_bytes / max(report.records, 1)
-    what = (
+    return (
         f"{report.codec} stored column {name!r} in {report.stored_bytes:,} bytes for "
-        f"{report.raw_bytes:,} raw ({mean:,.0f} bytes per record)"
+        f"{report.raw_bytes:,} raw ({mean:,.0f} bytes per record): {advice.reason}"
     )
-    if mean < TINY_RECORD:
-        return f"{what}: records this small cannot be compressed one by one; use codec='raw'"
-    if report.codec == "zstd" and mean < SMALL_RECORD and report.records >= DICT_RECORDS:
-        return (
-            f"{what}: records this small gain nothing from plain zstd; codec='zstd_dict' "
-            "(a dictionary trained from the column) fits many small similar records, "
-            "or use codec='raw'"
-        )
-    return f"{what}: the data does not compress (already-encoded files?); codec='raw' reads faster"
 
 
 def _write_column(
@@ -1584,6 +1565,7 @@ def huggingface(
             "split": split,
         }
     return loaded
+
 
 def load_source(
     source: str | os.PathLike[str], *, config: str | None = None, revision: str | None = None

@@ -10,7 +10,8 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, TypeAlias, cast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, TypeAlias, cast
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from .zrecord import Dense, DenseWriter, DLTensor, Ragged, RaggedBatch, RaggedWr
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-__all__ = ["DEFAULT_DICT_SIZE", "DictSource", "train_dict"]
+__all__ = ["DEFAULT_DICT_SIZE", "CodecAdvice", "DictSource", "codec_advice", "train_dict"]
 
 # One record per element: a record array or DLTensor, or every record of a batch.
 DictRecord: TypeAlias = "npt.NDArray[np.generic] | DLTensor | RaggedBatch"
@@ -358,3 +359,72 @@ def _train(pieces: list[_Bytes], requested: int | None) -> bytes:
             f"zstd could not train a dictionary of up to {size} bytes from {len(pieces)} "
             f"samples ({total} bytes): {e}; try more varied records or a smaller size="
         ) from None
+
+
+#: A codec "pays" when the stored bytes are at most this fraction of the raw ones.
+PAYS = 0.95
+#: Below this mean record size, zstd frames carry more tables than data and a
+#: dictionary is the remedy; above it, a codec that saves nothing is best dropped.
+SMALL_RECORD = 4096
+#: Below this mean record size no per-record codec pays: a frame's header and
+#: checksum alone take several bytes.
+TINY_RECORD = 32
+#: Fewer records than this give a dictionary too little to learn from.
+DICT_RECORDS = 1000
+#: A raw store whose records zstd shrinks by this factor should be compressed.
+COMPRESSIBLE = 2.0
+
+
+@dataclass(frozen=True)
+class CodecAdvice:
+    """The codec to use instead of a store's, and why."""
+
+    codec: Literal["raw", "zstd", "zstd_dict"]
+    reason: str
+
+
+def codec_advice(
+    codec: str,
+    records: int,
+    raw_bytes: int,
+    stored_bytes: int,
+    zstd_ratio: float | None = None,
+) -> CodecAdvice | None:
+    """The one rule behind the converter's and ``loaderx info``'s codec advice,
+    for a store of `records` records of `raw_bytes` logical bytes stored in
+    `stored_bytes`. `zstd_ratio` is what plain zstd achieves (raw / stored) on a
+    sample of a raw store's records, when known.
+
+    A compressing codec that does not pay (stores more than ``PAYS`` of the raw
+    bytes): records under ``TINY_RECORD`` bytes cannot be compressed one by one
+    (``raw``); plain zstd on records under ``SMALL_RECORD`` bytes, with at least
+    ``DICT_RECORDS`` of them to train on, wants ``zstd_dict``; otherwise the data
+    does not compress (``raw``). A raw store whose sample zstd shrinks by
+    ``COMPRESSIBLE`` or more wants ``zstd``. None when the codec fits."""
+    if raw_bytes == 0 or records == 0:
+        return None
+    mean = raw_bytes / records
+    if codec == "raw":
+        if zstd_ratio is None or zstd_ratio < COMPRESSIBLE:
+            return None
+        return CodecAdvice(
+            "zstd",
+            f"zstd shrinks a sample of the records {zstd_ratio:.1f}x; codec='zstd' would "
+            f"store about {raw_bytes / zstd_ratio:,.0f} bytes instead of {raw_bytes:,}",
+        )
+    if stored_bytes <= PAYS * raw_bytes:
+        return None
+    if mean < TINY_RECORD:
+        return CodecAdvice(
+            "raw", "records this small cannot be compressed one by one; use codec='raw'"
+        )
+    if codec == "zstd" and mean < SMALL_RECORD and records >= DICT_RECORDS:
+        return CodecAdvice(
+            "zstd_dict",
+            "records this small gain nothing from plain zstd; codec='zstd_dict' "
+            "(a dictionary trained from the records) fits many small similar records, "
+            "or use codec='raw'",
+        )
+    return CodecAdvice(
+        "raw", "the data does not compress (already-encoded files?); codec='raw' reads faster"
+    )
