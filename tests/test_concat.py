@@ -6,6 +6,8 @@ import os
 import shutil
 import signal
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import fs_faults
@@ -410,3 +412,37 @@ def test_progress_events_end_with_a_finished_one(tmp_path, capfd):
     # True reports only to a terminal; under pytest stderr is not one.
     concat([tmp_path / "p0"], tmp_path / "quiet", progress=True)
     assert capfd.readouterr().err == ""
+
+
+def test_the_gil_is_released_while_data_files_are_copied(tmp_path):
+    # While the first part (32 MiB) is copied, another Python thread must keep
+    # running. Were the GIL held, it would stop for the whole copy, resuming
+    # only when a progress callback runs Python code.
+    dense_part(tmp_path / "big", np.zeros((512, 16384), np.int32), shards=1)
+    dense_part(tmp_path / "small", np.zeros((1, 16384), np.int32), shards=1)
+    beats: list[float] = []
+    events: list[float] = []
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            beats.append(time.perf_counter())
+
+    spinner = threading.Thread(target=spin)
+    spinner.start()
+    try:
+        concat(
+            [tmp_path / "big", tmp_path / "small"],
+            tmp_path / "out",
+            copy=True,
+            progress=lambda e: events.append(time.perf_counter()),
+        )
+    finally:
+        stop.set()
+        spinner.join()
+    # Events: start (0 records), after the big part, after the small one, finished.
+    assert len(events) == 4
+    start, end = events[0], events[1]
+    inside = [t for t in beats if start <= t <= end]
+    gaps = np.diff([start, *inside, end])
+    assert gaps.max() < 0.5 * (end - start), (gaps.max(), end - start)
