@@ -46,7 +46,8 @@ def test_the_spec_example(tmp_path):
     )
     out = convert(dataset, tmp_path / "tokens", codec="raw", progress=False)
     assert isinstance(out, Conversion)
-    assert os.fspath(out) == str(out) == out.path == str(tmp_path / "tokens")
+    assert os.fspath(out) == str(out) == out.path == out == str(tmp_path / "tokens")
+    assert type(out.path) is str and out + "/tokens" == str(tmp_path / "tokens" / "tokens")
     with Ragged.open(tmp_path / "tokens" / "tokens") as rs:
         assert rs.dtype == np.int32 and rs.ndim == 1 and rs.codec == "raw"
         assert as_lists(rs) == [[1, 2], [3], [4, 5, 6]]

@@ -128,24 +128,25 @@ class ColumnReport:
     advice: str | None = None
 
 
-@dataclass(frozen=True)
-class Conversion:
-    """What ``convert`` wrote: the published root and one report per store.
+class Conversion(str):
+    """What ``convert`` wrote: the published root's path, as a ``str`` (so it is
+    used as a path is), carrying one report per store in ``columns``."""
 
-    ``os.fspath(conversion)`` and ``str(conversion)`` are the root's path."""
-
-    path: str
     columns: tuple[ColumnReport, ...]
+
+    def __new__(cls, path: str, columns: tuple[ColumnReport, ...]) -> Conversion:
+        self = super().__new__(cls, path)
+        self.columns = columns
+        return self
+
+    @property
+    def path(self) -> str:
+        """The root's path as a plain ``str``."""
+        return str.__str__(self)
 
     @property
     def advice(self) -> tuple[str, ...]:
         return tuple(c.advice for c in self.columns if c.advice is not None)
-
-    def __fspath__(self) -> str:
-        return self.path
-
-    def __str__(self) -> str:
-        return self.path
 
     def summary(self) -> str:
         """One line per store (records, layout, raw and stored bytes), then advice."""
