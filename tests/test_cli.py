@@ -284,3 +284,10 @@ def test_python_dash_m_and_console_script(tmp_path):
     assert out.stdout.startswith(f"{rag}: Ragged int16 ndim=2, 12 records")
     scripts = importlib.metadata.entry_points(group="console_scripts")
     assert [e.value for e in scripts if e.name == "loaderx"] == ["loaderx.__main__:main"]
+
+
+def test_verify_progress_is_silent_off_a_terminal(tmp_path, capsys):
+    rag = make_ragged(tmp_path / "rag")
+    assert main(["verify", rag]) == 0  # progress on, but stderr is not a terminal
+    out, err = capsys.readouterr()
+    assert out.startswith(f"{rag}: 12 records intact (") and err == ""
