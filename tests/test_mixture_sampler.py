@@ -404,6 +404,15 @@ def test_invalid_arguments(kwargs, exc, match):
         MixtureSampler(**args)
 
 
+def test_from_lengths_lays_the_parts_end_to_end():
+    s = MixtureSampler.from_lengths([3, np.int64(2), 4], [1, 1, 1], 3, SEQ)
+    assert s._config()["mixture"] == [[0, 3], [3, 5], [5, 9]]
+    with pytest.raises(InvalidArgumentError, match=r"lengths\[1\] must be at least 1, got 0"):
+        MixtureSampler.from_lengths([3, 0], [1, 1], 2)
+    with pytest.raises(TypeError, match=r"lengths\[0\] must be an integer, got float"):
+        MixtureSampler.from_lengths([3.0, 1], [1, 1], 2)
+
+
 def test_seek_arguments():
     s = MixtureSampler([(0, 3)], [1], 2)
     with pytest.raises(InvalidArgumentError, match=r"step .* got -1"):

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import SupportsFloat, SupportsIndex
 
 from loaderx import _native
+from loaderx.errors import InvalidArgumentError
 
 __all__ = ["MixtureSampler", "Sampler"]
 
@@ -168,13 +169,19 @@ class MixtureSampler(_native.MixtureSampler):
         mode: Sampler.Mode | Sequence[Sampler.Mode] = Sampler.Mode.IID,
         seed: int = 0,
     ) -> MixtureSampler:
-        """The mixture of parts of the given lengths laid end to end from position
-        0: part ``i`` is ``[sum(lengths[:i]), sum(lengths[:i + 1]))``."""
+        """The mixture of parts of the given lengths (integers ``>= 1``) laid end
+        to end from position 0: part ``i`` is ``[sum(lengths[:i]), sum(lengths[:i + 1]))``,
+        as in a store that ``loaderx.zrecord.concat`` made from parts of these
+        lengths."""
         ranges: list[tuple[int, int]] = []
         start = 0
-        for length in lengths:
-            ranges.append((start, start + length))
-            start += length
+        for i, length in enumerate(lengths):
+            if isinstance(length, bool) or not isinstance(length, SupportsIndex):
+                raise TypeError(f"lengths[{i}] must be an integer, got {type(length).__name__}")
+            if length.__index__() < 1:
+                raise InvalidArgumentError(f"lengths[{i}] must be at least 1, got {length}")
+            ranges.append((start, start + length.__index__()))
+            start += length.__index__()
         return cls(ranges, weights, batch_size, mode, seed)
 
     @property
