@@ -177,6 +177,16 @@ def test_converted_root(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(": ")[0] for line in lines] == [s["path"] for s in stores]
     assert lines[0].startswith(f"{stores[0]['path']}: 2 records intact (")
+    # A column whose header is lost is reported, not skipped.
+    os.remove(os.path.join(root, "train", "tok", "header.bin"))
+    assert main(["info", "--json", root]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert [s["path"] for s in doc["stores"]] == [s["path"] for s in stores[:3]]
+    [failure] = doc["errors"]
+    assert failure["path"] == os.path.join(root, "train", "tok")
+    assert failure["error"] == "ZrecordError"
+    assert failure["file"] == os.path.join(root, "train", "tok", "header.bin")
+    assert "not a published zrecord store" in failure["message"]
 
 
 def test_verify_names_the_file_and_record(tmp_path, capsys):

@@ -462,8 +462,8 @@ def test_constants_have_their_annotated_types():
     constants = stub_constants(STUB)
     assert set(constants) == {
         "DTYPES", "CODECS", "FORMAT_VERSION", "DEFAULT_DATA_SHARDS", "MAX_DATA_SHARDS",
-        "MAX_NDIM", "MAX_RECORD_BYTES", "MAX_ATTRS_BYTES", "HEADER_FILE", "ZSTD_LEVEL", "ALIGN",
-        "DEFAULT_IDLE_LIMIT", "DL_CPU", "DL_CUDA", "DL_ROCM",
+        "MAX_NDIM", "MAX_RECORD_BYTES", "MAX_ATTRS_BYTES", "HEADER_FILE", "INDEX_FILE",
+        "ZSTD_LEVEL", "ALIGN", "DEFAULT_IDLE_LIMIT", "DL_CPU", "DL_CUDA", "DL_ROCM",
     }  # fmt: skip
     for name, annotation in constants.items():
         assert mismatch(getattr(_native, name), annotation, STUB, None) == "", name

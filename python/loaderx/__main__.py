@@ -76,8 +76,10 @@ def _open(path: str) -> Dense | Ragged:
 def find_stores(path: str) -> list[str]:
     """`path` itself when it is a store or a URL, else every store under the
     directory `path` (recursively, in sorted order, build directories skipped).
-    A directory without stores is returned as itself, so that opening it says
-    why it is not one."""
+    A directory holding a header or an index counts as a store, so that one whose
+    header was lost is reported when opened rather than skipped. A directory
+    without stores is returned as itself, so that opening it says why it is not
+    one."""
     if _is_url(path) or not os.path.isdir(path):
         return [path]
     if os.path.exists(os.path.join(path, _native.HEADER_FILE)):
@@ -85,7 +87,7 @@ def find_stores(path: str) -> list[str]:
     found: list[str] = []
     for top, dirs, files in os.walk(path):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        if _native.HEADER_FILE in files and top != path:
+        if top != path and (_native.HEADER_FILE in files or _native.INDEX_FILE in files):
             found.append(top)
             dirs[:] = []  # a store holds no stores
     return found or [path]

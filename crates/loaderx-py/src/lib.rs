@@ -25,6 +25,7 @@ fn constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_RECORD_BYTES", zrecord::MAX_RECORD_BYTES)?;
     m.add("MAX_ATTRS_BYTES", zrecord::MAX_ATTRS_BYTES)?;
     m.add("HEADER_FILE", zrecord::HEADER_FILE)?;
+    m.add("INDEX_FILE", zrecord::INDEX_FILE)?;
     m.add("ZSTD_LEVEL", zrecord::ZSTD_LEVEL)?;
     m.add("ALIGN", zrecord::ALIGN)?;
     m.add("DEFAULT_IDLE_LIMIT", loaderx_gather::DEFAULT_IDLE_LIMIT)?;
