@@ -161,12 +161,20 @@ def test_progress_reports_the_rows_of_each_store(tmp_path, capsys):
     )
     convert(dd, tmp_path / "p", codec="raw", progress=events.append)
     want = []
+    # The bytes each column holds after d rows: int64 x, and int64 t of one
+    # element per row but the test split's last, empty one.
+    size = {
+        "x": lambda split, d: 8 * d,
+        "t": lambda split, d: 8 * min(d, 1 if split == "test" else d),
+    }
     for split, steps in (("train", (4096, 5000)), ("test", (2,))):
         for c in ("x", "t"):
             name, total = f"convert {split}/{c}", steps[-1]
             want.append(ProgressEvent(name, "rows", 0, total))
-            want.extend(ProgressEvent(name, "rows", d, total) for d in steps)
-            want.append(ProgressEvent(name, "rows", total, total, finished=True))
+            want.extend(
+                ProgressEvent(name, "rows", d, total, nbytes=size[c](split, d)) for d in steps
+            )
+            want.append(ProgressEvent(name, "rows", total, total, True, size[c](split, total)))
     assert events == want
     assert capsys.readouterr().err == ""  # a callback prints nothing
     convert(dd, tmp_path / "q", codec="raw")  # stderr is not a terminal: silent

@@ -38,6 +38,28 @@ def test_callback_gets_start_steps_and_finish():
     ]
 
 
+def test_a_row_task_can_count_the_bytes_its_rows_hold(monkeypatch):
+    events = []
+    with progress.task("job", total=5, unit="rows", progress=events.append) as p:
+        p.advance(2, nbytes=100)
+        p.advance(3, nbytes=28)
+    assert p.nbytes == 128
+    assert events == [
+        ProgressEvent("job", "rows", 0, 5),
+        ProgressEvent("job", "rows", 2, 5, nbytes=100),
+        ProgressEvent("job", "rows", 5, 5, nbytes=128),
+        ProgressEvent("job", "rows", 5, 5, finished=True, nbytes=128),
+    ]
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setattr(progress, "_stderr_is_terminal", lambda: True)
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # the plain lines
+    with progress.task("job", total=5, unit="rows", progress=True) as p:
+        p.advance(5, nbytes=3 * 2**20)
+    line = err.getvalue()
+    assert line.startswith("job: 5 rows / 5 rows (100%, ") and " 3.0 MiB, " in line, line
+
+
 def test_a_failed_task_sends_no_finished_event():
     events = []
     with (

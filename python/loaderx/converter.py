@@ -1182,9 +1182,10 @@ def _write_column(
                             writer.append(cast("npt.NDArray[np.generic]", records))
                         else:
                             writer.append(cast(RaggedBatch, records))
+                        size = _nbytes(records)
                         rows += n
-                        raw += _nbytes(records)
-                        task.advance(n)
+                        raw += size
+                        task.advance(n, nbytes=size)
         if writer is None or rows != len(ds):
             raise errors.InternalError(f"{name}: {rows} records written for {len(ds)} rows")
         writer.close()

@@ -25,7 +25,9 @@ through this one module::
   nothing is printed. An exception it raises propagates and stops the task.
 
 Units are ``"bytes"``, ``"rows"`` or ``"records"``; ``total`` is ``None`` when it
-is not known in advance.
+is not known in advance. A task counted in rows or records may also count the
+bytes they hold (``p.advance(rows, nbytes=...)``): the bar and the lines then show
+the bytes and their rate too, and events carry them in ``nbytes``.
 """
 
 from __future__ import annotations
@@ -51,28 +53,30 @@ PLAIN_INTERVAL_S = 2.0
 @dataclass(frozen=True)
 class ProgressEvent:
     """Where a task stands: `done` of `total` `unit` (``total`` None when not
-    known); ``finished`` on the last event of a task that completed."""
+    known); ``finished`` on the last event of a task that completed; ``nbytes``
+    the bytes done, for a task in rows or records that counts them (else 0)."""
 
     task: str
     unit: Unit
     done: int
     total: int | None
     finished: bool = False
+    nbytes: int = 0
 
 
 ProgressArg: TypeAlias = "bool | Callable[[ProgressEvent], object] | None"
 
 
 class _Sink(Protocol):
-    def step(self, done: int) -> None: ...
-    def close(self, done: int, finished: bool) -> None: ...
+    def step(self, done: int, nbytes: int) -> None: ...
+    def close(self, done: int, nbytes: int, finished: bool) -> None: ...
 
 
 class _Silent:
-    def step(self, done: int) -> None:
+    def step(self, done: int, nbytes: int) -> None:
         pass
 
-    def close(self, done: int, finished: bool) -> None:
+    def close(self, done: int, nbytes: int, finished: bool) -> None:
         pass
 
 
@@ -86,12 +90,12 @@ class _Callback:
         self._total = total
         fn(ProgressEvent(name, unit, 0, total))
 
-    def step(self, done: int) -> None:
-        self._fn(ProgressEvent(self._name, self._unit, done, self._total))
+    def step(self, done: int, nbytes: int) -> None:
+        self._fn(ProgressEvent(self._name, self._unit, done, self._total, nbytes=nbytes))
 
-    def close(self, done: int, finished: bool) -> None:
+    def close(self, done: int, nbytes: int, finished: bool) -> None:
         if finished:
-            self._fn(ProgressEvent(self._name, self._unit, done, self._total, True))
+            self._fn(ProgressEvent(self._name, self._unit, done, self._total, True, nbytes))
 
 
 def _amount(n: float, unit: Unit) -> str:
@@ -119,10 +123,12 @@ class _Plain:
         self._total = total
         self._start = self._last = time.monotonic()
 
-    def _line(self, done: int, now: float) -> None:
+    def _line(self, done: int, nbytes: int, now: float) -> None:
         elapsed = max(now - self._start, 1e-9)
         rate = done / elapsed
         parts = [f"{_amount(rate, self._unit)}/s"]
+        if nbytes:
+            parts.append(f"{_amount(nbytes, 'bytes')}, {_amount(nbytes / elapsed, 'bytes')}/s")
         amount = _amount(done, self._unit)
         if self._total is not None:
             amount += f" / {_amount(self._total, self._unit)}"
@@ -132,14 +138,14 @@ class _Plain:
                 parts.append(f"ETA {_duration((self._total - done) / rate)}")
         print(f"{self._name}: {amount} ({', '.join(parts)})", file=sys.stderr, flush=True)
 
-    def step(self, done: int) -> None:
+    def step(self, done: int, nbytes: int) -> None:
         now = time.monotonic()
         if now - self._last >= PLAIN_INTERVAL_S:
             self._last = now
-            self._line(done, now)
+            self._line(done, nbytes, now)
 
-    def close(self, done: int, finished: bool) -> None:
-        self._line(done, time.monotonic())
+    def close(self, done: int, nbytes: int, finished: bool) -> None:
+        self._line(done, nbytes, time.monotonic())
 
 
 class _Tqdm:
@@ -147,6 +153,7 @@ class _Tqdm:
         from tqdm import tqdm
 
         self._done = 0
+        self._start = time.monotonic()
         if unit == "bytes":
             self._bar = tqdm(
                 total=total,
@@ -161,12 +168,17 @@ class _Tqdm:
                 total=total, desc=name, unit=f" {unit}", unit_scale=True, file=sys.stderr
             )
 
-    def step(self, done: int) -> None:
+    def step(self, done: int, nbytes: int) -> None:
+        if nbytes:
+            rate = nbytes / max(time.monotonic() - self._start, 1e-9)
+            self._bar.set_postfix_str(
+                f"{_amount(nbytes, 'bytes')}, {_amount(rate, 'bytes')}/s", refresh=False
+            )
         self._bar.update(done - self._done)
         self._done = done
 
-    def close(self, done: int, finished: bool) -> None:
-        self.step(done)
+    def close(self, done: int, nbytes: int, finished: bool) -> None:
+        self.step(done, nbytes)
         self._bar.close()
 
 
@@ -203,20 +215,22 @@ class Task:
         if unit not in _UNITS:
             raise ValueError(f"unit must be one of {_UNITS}, got {unit!r}")
         self.done = 0
+        self.nbytes = 0
         self._closed = False
         self._sink = _sink(progress, name, unit, total)
 
-    def advance(self, n: int) -> None:
-        """Counts `n` more units done."""
+    def advance(self, n: int, *, nbytes: int = 0) -> None:
+        """Counts `n` more units done, holding `nbytes` more bytes."""
         self.done += n
-        self._sink.step(self.done)
+        self.nbytes += nbytes
+        self._sink.step(self.done, self.nbytes)
 
     def close(self, finished: bool = True) -> None:
         """Ends the task; `finished` says whether it completed (a callback then
         gets its ``finished`` event)."""
         if not self._closed:
             self._closed = True
-            self._sink.close(self.done, finished)
+            self._sink.close(self.done, self.nbytes, finished)
 
     def __enter__(self) -> Self:
         return self
