@@ -301,3 +301,29 @@ def test_verify_progress_is_silent_off_a_terminal(tmp_path, capsys):
     assert main(["verify", rag]) == 0  # progress on, but stderr is not a terminal
     out, err = capsys.readouterr()
     assert out.startswith(f"{rag}: 12 records intact (") and err == ""
+
+
+def test_concat(tmp_path, capsys):
+    parts = [
+        make_dense(tmp_path / f"part-{k}", np.full((k + 2, 3), k, np.int16), "zstd")
+        for k in range(3)
+    ]
+    dest = tmp_path / "all"
+    assert main(["concat", *parts, str(dest), "--quiet"]) == 0
+    assert capsys.readouterr().out == (
+        f"{dest}: 9 records from 3 parts, 6 data files (6 linked, 0 copied)\n"
+    )
+    with Dense.open(dest) as d:
+        want = np.repeat(np.arange(3), [2, 3, 4]).astype(np.int16)[:, None].repeat(3, 1)
+        assert np.array_equal(np.from_dlpack(d[:]), want)
+    assert main(["concat", parts[0], str(tmp_path / "copied"), "--copy", "--verify"]) == 0
+    assert capsys.readouterr().out.endswith("(0 linked, 2 copied)\n")
+    # Refusals: an existing DEST, a schema mismatch; nothing more is published.
+    before = sorted(os.listdir(tmp_path))
+    assert main(["concat", parts[0], str(dest)]) == 1
+    assert "already exists" in capsys.readouterr().err
+    other = make_dense(tmp_path / "other", np.zeros((1, 3), np.int32), "zstd")
+    assert main(["concat", parts[0], other, str(tmp_path / "mixed")]) == 1
+    assert capsys.readouterr().err.startswith(f"error: {other}: dtype int32, but {parts[0]}")
+    assert sorted(os.listdir(tmp_path)) == sorted([*before, "other"])
+    assert main(["concat", str(dest)]) == 2

@@ -17,6 +17,10 @@ examples and the ``--json`` schema):
     Writes a dataset (a ``save_to_disk`` directory, a ``.parquet`` or ``.arrow``
     file, or a Hugging Face Hub id) as stores under DEST, through
     ``loaderx.converter``; needs the ``converter`` extra.
+``concat PART... DEST``
+    Publishes at DEST one store holding the records of the PART stores, in the
+    order given, without decoding a record (``loaderx.zrecord.concat``: data
+    files hard-linked, or copied with ``--copy`` or across filesystems).
 ``clean DIR...``
     Removes the build directories killed writers left in each DIR (never a live
     writer's) and prints one ``removed PATH`` line for each.
@@ -49,7 +53,7 @@ import numpy as np
 from . import _native
 from .errors import LoaderxError
 from .utils import codec_advice
-from .zrecord import Dense, Ragged, ZrecordError, clean
+from .zrecord import Dense, Ragged, ZrecordError, clean, concat
 
 __all__ = ["find_stores", "main", "store_info"]
 
@@ -324,6 +328,21 @@ def _convert(args: argparse.Namespace) -> int:
     return OK
 
 
+def _concat(args: argparse.Namespace) -> int:
+    try:
+        r = concat(
+            args.parts, args.dest, verify=args.verify, copy=args.copy, progress=not args.quiet
+        )
+    except _READ_ERRORS as e:
+        print(f"error: {_error(e)}", file=sys.stderr)
+        return FAILED
+    print(
+        f"{r.path}: {r.records:,} records from {len(args.parts)} parts, {r.data_files} data "
+        f"files ({r.linked_files} linked, {r.copied_files} copied)"
+    )
+    return OK
+
+
 def _bench_once(
     path: str, batch_size: int, steps: int, seed: int, threads: int | None
 ) -> dict[str, Any]:
@@ -389,7 +408,8 @@ def _positive(text: str) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
-        prog="loaderx", description="Inspect, verify, convert and clean Zrecord stores."
+        prog="loaderx",
+        description="Inspect, verify, convert, concatenate and clean Zrecord stores.",
     )
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands: dict[str, Callable[[argparse.Namespace], int]] = {}
@@ -415,6 +435,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--data-shards", type=_positive, default=_native.DEFAULT_DATA_SHARDS)
     p.add_argument("--config", help="the Hub dataset's configuration")
     p.add_argument("--revision", help="the Hub dataset's revision (branch, tag or commit)")
+    p.add_argument("--quiet", action="store_true", help="no progress")
+    p = add("concat", _concat, "publish one store from part stores of one schema")
+    p.add_argument("parts", nargs="+", metavar="PART")
+    p.add_argument("dest", metavar="DEST", help="the new store")
+    p.add_argument("--copy", action="store_true", help="copy data files instead of linking")
+    p.add_argument("--verify", action="store_true", help="check every part's records first")
     p.add_argument("--quiet", action="store_true", help="no progress")
     p = add("clean", _clean, "remove build directories killed writers left")
     p.add_argument("paths", nargs="+", metavar="DIR")
