@@ -310,6 +310,86 @@ def test_decode_without_pillow_says_what_to_install(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == []
 
 
+def pcm_wav(frames, rate=8000):
+    """A 16-bit PCM WAV file of `frames` ((n, channels) int16), written with the
+    standard library, so the expected samples do not come from the decoder."""
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(frames.shape[1])
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(np.ascontiguousarray(frames, "<i2").tobytes())
+    return buf.getvalue()
+
+
+def audio_dataset(files, feature=None):
+    # Built from Arrow: Dataset.from_dict would encode through torchcodec.
+    features = Features({"wav": feature or Audio()})
+    return Dataset(
+        pa.table({"wav": file_column(files)}), info=datasets.DatasetInfo(features=features)
+    )
+
+
+def test_decode_audio_ragged_keeps_each_files_samples_exactly(tmp_path):
+    pytest.importorskip("soundfile")
+    rng = np.random.default_rng(3)
+    clips = [rng.integers(-32768, 32768, (n, 2), dtype=np.int16) for n in (50, 0, 1, 300) * 20]
+    ds = audio_dataset([pcm_wav(c) for c in clips])  # 80 rows: two decoded slices
+    convert(ds, tmp_path / "a", codec="zstd", decode={"wav": "ragged"}, progress=False)
+    with Ragged.open(tmp_path / "a" / "wav") as s:
+        assert (s.dtype, s.ndim, len(s)) == (np.int16, 2, 80)
+        assert (s.attrs["sampling_rate"], s.attrs["decode"]) == (8000, "ragged")
+        got = records(s)
+    assert [g.shape for g in got] == [c.shape for c in clips]
+    assert all(np.array_equal(g, c) for g, c in zip(got, clips, strict=True))
+
+
+def test_decode_audio_keeps_float_samples_and_dense_needs_one_length(tmp_path):
+    sf = pytest.importorskip("soundfile")
+    clips = np.random.default_rng(4).standard_normal((3, 40, 1)).astype(np.float32)
+    files = []
+    for c in clips:
+        buf = io.BytesIO()
+        sf.write(buf, c, 16000, format="WAV", subtype="FLOAT")
+        files.append(buf.getvalue())
+    convert(audio_dataset(files), tmp_path / "d", codec="raw", decode={"wav": "dense"},
+            progress=False)  # fmt: skip
+    with Dense.open(tmp_path / "d" / "wav") as s:
+        assert (s.dtype, s.item_shape, s.attrs["sampling_rate"]) == (np.float32, (40, 1), 16000)
+        assert np.from_dlpack(s[:]).tobytes() == clips.tobytes()
+    mixed = [pcm_wav(np.zeros((n, 1), np.int16)) for n in (5, 5, 6)]
+    with pytest.raises(InvalidArgumentError, match=r"'wav': row 2 has shape \(6, 1\).*length"):
+        convert(audio_dataset(mixed), tmp_path / "m", codec="raw", decode={"wav": "dense"},
+                progress=False)  # fmt: skip
+    assert sorted(os.listdir(tmp_path)) == ["d"]
+
+
+def test_decode_audio_refuses_a_second_rate_and_never_resamples(tmp_path):
+    pytest.importorskip("soundfile")
+    one = np.zeros((4, 1), np.int16)
+    ds = audio_dataset([pcm_wav(one, 8000), pcm_wav(one, 8000), pcm_wav(one, 22050)])
+    with pytest.raises(InvalidArgumentError, match=r"'wav': row 2 is sampled at 22050 Hz, the "
+                       r"column at 8000 Hz; .*resample with Dataset.map"):  # fmt: skip
+        convert(ds, tmp_path / "r", codec="raw", decode={"wav": "ragged"}, progress=False)
+    declared = audio_dataset([pcm_wav(one, 8000)], Audio(sampling_rate=16000))
+    with pytest.raises(InvalidArgumentError, match=r"row 0 is sampled at 8000 Hz, the column at "
+                       r"16000 Hz"):  # fmt: skip
+        convert(declared, tmp_path / "r", codec="raw", decode={"wav": "ragged"}, progress=False)
+    with pytest.raises(InvalidArgumentError, match=r"'wav': row 0 is not decodable audio"):
+        convert(audio_dataset([b"RIFF junk"]), tmp_path / "r", codec="raw",
+                decode={"wav": "ragged"}, progress=False)  # fmt: skip
+    assert os.listdir(tmp_path) == []
+
+
+def test_decode_audio_without_soundfile_says_what_to_install(tmp_path, monkeypatch):
+    ds = audio_dataset([pcm_wav(np.zeros((4, 1), np.int16))])
+    monkeypatch.setitem(sys.modules, "soundfile", None)  # import fails
+    with pytest.raises(MissingDependencyError, match="decodes audio with soundfile") as e:
+        convert(ds, tmp_path / "d", codec="raw", decode={"wav": "ragged"}, progress=False)
+    assert e.value.name == "soundfile"
+    assert os.listdir(tmp_path) == []
+
+
 # ---- lists: what Dataset.map makes of arrays, boxes ------------------------------
 
 
@@ -487,7 +567,7 @@ def test_every_unstorable_column_is_reported_in_one_error(tmp_path):
     msg = str(e.value)
     assert msg.startswith("convert wrote nothing: ")
     expected = [
-        "column 'ok': decode= applies to Image columns",
+        "column 'ok': decode= applies to Image and Audio columns",
         "column 'text': string values; pass utf8=['text']",
         "column 'holes': 1 null value(s); fill them (Dataset.map) or drop those rows",
         "column 'nothing': it holds only nulls; drop it with Dataset.remove_columns",

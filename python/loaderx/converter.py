@@ -23,7 +23,9 @@ becomes follows from its feature (docs/converter.md has the table):
   the same shape;
 * binary values and the encoded files of ``Image``, ``Audio``, ``Video``, ``Pdf``...
   features (whatever ``decode`` says): one Ragged uint8 record per file;
-  ``decode={column: "dense" | "ragged"}`` decodes an ``Image`` column with Pillow;
+  ``decode={column: "dense" | "ragged"}`` decodes an ``Image`` column with Pillow,
+  or an ``Audio`` column with soundfile into ``(frames, channels)`` samples at
+  the files' own rate and sample type;
 * a struct ``{values: list<number>, shape: fixed_size_list<uint64, ndim>}``: Ragged
   of that ndim;
 * strings: refused unless ``utf8=[column]`` asks for their UTF-8 bytes (Ragged uint8).
@@ -263,13 +265,15 @@ class _Plan:
     kind: Layout
     # number: scalars; nested: lists (dims per level); struct: {values, shape};
     # bytes: binary or UTF-8 strings; file: {bytes, path} files; image: decoded.
-    source: Literal["number", "nested", "struct", "bytes", "file", "image"]
+    source: Literal["number", "nested", "struct", "bytes", "file", "image", "audio"]
     dtype: np.dtype | None
     # nested: the length each list level declares, or None; struct: ndim Nones.
     dims: tuple[int | None, ...] = ()
     feature: str = ""
     class_names: tuple[str, ...] | None = None
     image_mode: str | None = None
+    # audio: the rate every file must have (the feature's, else the first file's).
+    sampling_rate: int | None = None
     # Dense: the item shape, once known. Ragged: the record ndim, once known (0 before).
     shape: tuple[int, ...] | None = None
     ndim: int = 0
@@ -362,17 +366,20 @@ def _plan(
     frepr = repr(feature) if feature is not None else str(t)
     if fname in _FILE_FEATURES:
         if decode is not None:
+            if fname == "Audio":
+                rate = cast("int | None", getattr(feature, "sampling_rate", None))
+                return _Plan(column, decode, "audio", None, feature=frepr, sampling_rate=rate)
             if fname != "Image":
                 raise _Refused(
-                    f"decode applies to Image columns; {fname} files are stored as their "
-                    f"encoded bytes (leave {column!r} out of decode=), or map them to arrays "
-                    "with Dataset.map"
+                    f"decode applies to Image and Audio columns; {fname} files are stored "
+                    f"as their encoded bytes (leave {column!r} out of decode=), or map them "
+                    "to arrays with Dataset.map"
                 )
             mode = cast("str | None", getattr(feature, "mode", None))
             return _Plan(column, decode, "image", None, feature=frepr, image_mode=mode)
         return _Plan(column, "ragged", "file", np.dtype(np.uint8), (None,), frepr)
     if decode is not None:
-        raise _Refused(f"decode= applies to Image columns, and {column!r} is {frepr}")
+        raise _Refused(f"decode= applies to Image and Audio columns, and {column!r} is {frepr}")
     if fname == "Json" or (isinstance(t, pa.ExtensionType) and not hasattr(t, "shape")):
         raise _Refused(f"{frepr} values cannot be stored; map them to numbers or bytes first")
     if pa.types.is_null(t):
@@ -593,6 +600,58 @@ def _decode_image(data: bytes, plan: _Plan, row: int) -> npt.NDArray[np.generic]
     return np.asarray(img)
 
 
+def _soundfile() -> _SoundFile:
+    try:
+        return cast(_SoundFile, importlib.import_module("soundfile"))
+    except (ImportError, OSError) as e:  # OSError: the module found no libsndfile
+        raise MissingDependencyError(
+            "decode= decodes audio with soundfile, which is not installed: "
+            "`pip install soundfile`, or leave decode= out to store the encoded files",
+            name="soundfile",
+        ) from e
+
+
+# The sample type each subtype of integer PCM decodes to; every other subtype
+# (floats, and lossy codecs that decode to floats) keeps its float width.
+_PCM_DTYPES = {"PCM_S8": "int16", "PCM_U8": "int16", "PCM_16": "int16", "PCM_24": "int32",
+               "PCM_32": "int32", "DOUBLE": "float64"}  # fmt: skip
+
+
+def _decode_audio(data: bytes, plan: _Plan, row: int) -> npt.NDArray[np.generic]:
+    """The samples of one encoded audio file as ``(frames, channels)``, in the
+    narrowest type that holds them exactly (int16 for 8- and 16-bit PCM, int32
+    for 24- and 32-bit, float32 or float64 for float data), at the file's own
+    rate, which must be the column's: resampling is the application's choice."""
+    sf = _soundfile()
+    try:
+        info = sf.info(io.BytesIO(data))
+        dtype = _PCM_DTYPES.get(info.subtype, "float32")
+        samples, rate = sf.read(io.BytesIO(data), dtype=dtype, always_2d=True)
+    except Exception as e:  # libsndfile's errors for a damaged or unknown file
+        raise _BadRecord(f"column {plan.column!r}: row {row} is not decodable audio: {e}") from e
+    if plan.sampling_rate is None:
+        plan.sampling_rate = int(rate)
+    elif rate != plan.sampling_rate:
+        raise _BadRecord(
+            f"column {plan.column!r}: row {row} is sampled at {rate} Hz, the column at "
+            f"{plan.sampling_rate} Hz; one store holds one rate: resample with Dataset.map "
+            "first, or store the encoded files (leave the column out of decode=)"
+        )
+    return np.ascontiguousarray(samples)
+
+
+class _SoundInfo(Protocol):
+    @property
+    def subtype(self) -> str: ...
+
+
+class _SoundFile(Protocol):
+    def info(self, file: io.BytesIO) -> _SoundInfo: ...
+    def read(
+        self, file: io.BytesIO, *, dtype: str, always_2d: bool
+    ) -> tuple[npt.NDArray[np.generic], int]: ...
+
+
 class _PILImageObj(Protocol):
     @property
     def mode(self) -> str: ...
@@ -618,21 +677,29 @@ def _agree(plan: _Plan, dtype: np.dtype, shape: tuple[int, ...], row: int) -> No
         else:
             plan.ndim = len(shape)
         return
+    audio = plan.source == "audio"
+    fix = (
+        "convert the files to one sample format with Dataset.map first"
+        if audio
+        else "declare one mode with Image(mode=...)"
+    )
     if dtype != plan.dtype:
         raise _BadRecord(
             f"column {plan.column!r}: row {row} decodes to {dtype}, earlier rows to "
-            f"{plan.dtype}; declare one mode with Image(mode=...)"
+            f"{plan.dtype}; {fix}"
         )
     if plan.kind == "ragged" and len(shape) != plan.ndim:
         raise _BadRecord(
             f"column {plan.column!r}: row {row} has {len(shape)} dimensions, earlier rows "
-            f"{plan.ndim}; declare one mode with Image(mode=...)"
+            f"{plan.ndim}; {fix}"
         )
     if plan.kind == "dense" and shape != plan.shape:
+        what = "file's length and channels" if audio else "image's size"
+        redo = "trim or pad them" if audio else "resize them"
         raise _BadRecord(
             f"column {plan.column!r}: row {row} has shape {shape}, earlier rows "
             f"{plan.shape}; a Dense store holds one shape: use decode={{{plan.column!r}: "
-            "'ragged'}} to keep each image's size, or resize them with Dataset.map"
+            f"'ragged'}} to keep each {what}, or {redo} with Dataset.map"
         )
 
 
@@ -727,9 +794,10 @@ def _chunk(arr: _Array, plan: _Plan, row0: int) -> Records:
         np.cumsum(sizes, out=starts[1:])
         values = np.frombuffer(b"".join(files), dtype=np.uint8)
         return _ragged(values, starts, sizes.reshape(n, 1), np.dtype(np.uint8))
+    decode = _decode_audio if plan.source == "audio" else _decode_image
     images: list[npt.NDArray[np.generic]] = []
     for r, f in enumerate(files):
-        pixels = _decode_image(f, plan, row0 + r)
+        pixels = decode(f, plan, row0 + r)
         _agree(plan, pixels.dtype, tuple(pixels.shape), row0 + r)
         images.append(pixels)
     if plan.kind == "dense":
@@ -761,8 +829,8 @@ def _ragged(
 
 def _records(arr: _Array, plan: _Plan, row0: int) -> Iterator[tuple[int, Records]]:
     """(rows, records) for `arr`, in slices small enough for int32 cu_seqlens and,
-    for decoded images, of at most DECODE_ROWS rows."""
-    step = DECODE_ROWS if plan.source == "image" else max(len(arr), 1)
+    for decoded images and audio, of at most DECODE_ROWS rows."""
+    step = DECODE_ROWS if plan.source in ("image", "audio") else max(len(arr), 1)
     for lo in range(0, len(arr), step):
         piece = arr.slice(lo, step)
         try:
@@ -1249,7 +1317,7 @@ def _attrs(split: _Split, plan: _Plan, t: pa.DataType, extra: Mapping[str, Any])
         out["class_names"] = list(plan.class_names)
     if plan.cast_from is not None:
         out["cast_from"] = str(plan.cast_from)
-    if plan.source == "image":
+    if plan.source in ("image", "audio"):
         out["decode"] = plan.kind
     elif plan.source == "bytes" and _is_string(t):
         out["utf8"] = True
@@ -1263,6 +1331,8 @@ def _create(
     """The column's writer, created once its dtype and shape are known."""
     path = os.path.join(root, plan.column)
     assert plan.dtype is not None
+    if plan.source == "audio":
+        attrs = {**attrs, "sampling_rate": plan.sampling_rate}
     if plan.kind == "dense":
         assert plan.shape is not None
         return Dense.create(
