@@ -225,13 +225,17 @@ def test_urls_go_to_open_unchanged(monkeypatch, capsys):
     assert find_stores("s3://bucket/prefix/store") == ["s3://bucket/prefix/store"]
     seen = []
 
-    def fake_open(path):
-        seen.append(path)
+    def fake_open(path, storage_options=None):
+        seen.append((path, storage_options))
         raise OSError(f"{path}: unreachable")
 
     monkeypatch.setattr(cli, "_open", fake_open)
     assert main(["info", "https://example.invalid/s", "s3://b/k"]) == 1
-    assert seen == ["https://example.invalid/s", "s3://b/k"]
+    assert seen == [("https://example.invalid/s", {}), ("s3://b/k", {})]
+    seen.clear()
+    assert main(["verify", "s3://b/k", "-o", "aws_region=x", "-o", "endpoint=http://h"]) == 1
+    assert seen == [("s3://b/k", {"aws_region": "x", "endpoint": "http://h"})]
+    assert main(["info", "s3://b/k", "-o", "no-equals-sign"]) == 2
 
 
 def test_convert_from_disk_parquet_and_hub(tmp_path, capsys, monkeypatch):

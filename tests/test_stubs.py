@@ -285,6 +285,15 @@ def exercise_store(nat: Native, root: pathlib.Path, codec: str, dictionary: byte
     one = nat.call(dense, "get_dense", 7, host)
     assert (np.from_dlpack(batch) == DENSE[[4, 0, 4]]).all()
     assert (np.from_dlpack(one) == DENSE[7]).all()
+    assert nat.get(dense, "url") is None
+    assert nat.call(_native, "is_url", "s3://bucket/store") is True
+    assert nat.call(_native, "is_url", str(root / "dense")) is False
+    url = (root / "uploaded").as_uri()
+    nat.call(_native, "upload", root / "dense", url, [])
+    remote = nat.call(_native.Store, "open_url", url, [("retries", "1")], root / "cache", 1 << 20)
+    assert nat.get(remote, "url") == url
+    got = nat.call(remote, "gather_dense", np.array([4, 0, 4], dtype=np.int64), host)
+    assert (np.from_dlpack(got) == DENSE[[4, 0, 4]]).all()
 
     ragged = nat.call(_native.Store, "open", str(root / "ragged"), checked=True)
     assert nat.get(ragged, "kind") == "ragged" and nat.get(ragged, "ndim") == 1
@@ -464,6 +473,7 @@ def test_constants_have_their_annotated_types():
         "DTYPES", "CODECS", "FORMAT_VERSION", "DEFAULT_DATA_SHARDS", "MAX_DATA_SHARDS",
         "MAX_NDIM", "MAX_RECORD_BYTES", "MAX_ATTRS_BYTES", "HEADER_FILE", "INDEX_FILE",
         "ZSTD_LEVEL", "ALIGN", "DEFAULT_IDLE_LIMIT", "DL_CPU", "DL_CUDA", "DL_ROCM",
+        "LOADERX_STORAGE_OPTIONS", "DEFAULT_CACHE_BLOCK_BYTES", "DEFAULT_CACHE_MAX_BYTES",
     }  # fmt: skip
     for name, annotation in constants.items():
         assert mismatch(getattr(_native, name), annotation, STUB, None) == "", name

@@ -29,7 +29,8 @@ examples and the ``--json`` schema):
     of logical (decoded) bytes.
 
 A PATH that is a URL (``s3://``, ``https://``...) goes to the readers' ``open``
-unchanged.
+unchanged; ``info`` and ``verify`` pass it the storage options given with
+``-o KEY=VALUE`` (repeatable; docs/remote.md).
 
 Exit status: 0 when everything succeeded; 1 when a store or source failed to
 open, read, verify or convert (the others are still processed); 2 for a usage
@@ -45,15 +46,23 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from . import _native
-from .errors import LoaderxError
+from .errors import InvalidArgumentError, LoaderxError
 from .utils import codec_advice
-from .zrecord import Dense, Ragged, ZrecordError, clean, concat
+from .zrecord import (
+    Dense,
+    Ragged,
+    ZrecordError,
+    _Remote,  # pyright: ignore[reportPrivateUsage]
+    _storage_options,  # pyright: ignore[reportPrivateUsage]
+    clean,
+    concat,
+)
 
 __all__ = ["find_stores", "main", "store_info"]
 
@@ -71,8 +80,15 @@ def _is_url(path: str) -> bool:
     return "://" in path
 
 
-def _open(path: str) -> Dense | Ragged:
-    """A reader of whichever kind the store at `path` is."""
+def _open(path: str, storage_options: Mapping[str, str] | None = None) -> Dense | Ragged:
+    """A reader of whichever kind the store at `path` (or URL) is."""
+    if _native.is_url(path):
+        remote = _Remote(path, _storage_options(storage_options), None)
+        native = _native.Store.open_url(path, list(remote.options))
+        cls = Dense if native.kind == "dense" else Ragged
+        return cls(native, path, remote=remote)
+    if storage_options:
+        raise InvalidArgumentError(f"{path}: storage options apply to store URLs only")
     native = _native.Store.open(path)
     return Dense(native, path) if native.kind == "dense" else Ragged(native, path)
 
@@ -158,10 +174,11 @@ def _zstd_sample_ratio(reader: Dense | Ragged, logical_bytes: int) -> float | No
     return data.size / max(_native.encoded_size("zstd", data, sizes), 1)
 
 
-def store_info(path: str) -> dict[str, Any]:
-    """Everything ``info`` reports about the store at `path`, as the JSON
-    document's ``stores`` entries hold it (docs/cli.md)."""
-    with _open(path) as r:
+def store_info(path: str, storage_options: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Everything ``info`` reports about the store at `path` (or URL, reached
+    with `storage_options`), as the JSON document's ``stores`` entries hold it
+    (docs/cli.md)."""
+    with _open(path, storage_options) as r:
         store = r._store()  # pyright: ignore[reportPrivateUsage]
         logical, stored, elements = _sizes(r)
         sample = None
@@ -248,7 +265,7 @@ def _info(args: argparse.Namespace) -> int:
     failures: list[dict[str, Any]] = []
     for path in _each_store(args.paths):
         try:
-            d = store_info(path)
+            d = store_info(path, dict(args.storage_options or []))
         except _READ_ERRORS as e:
             status = FAILED
             if args.json:
@@ -281,7 +298,7 @@ def _verify(args: argparse.Namespace) -> int:
     for path in _each_store(args.paths):
         t0 = time.perf_counter()
         try:
-            with _open(path) as r:
+            with _open(path, dict(args.storage_options or [])) as r:
                 r.verify(progress=not args.quiet)
                 n = len(r)
         except _READ_ERRORS as e:
@@ -406,6 +423,26 @@ def _positive(text: str) -> int:
     return v
 
 
+def _key_value(text: str) -> tuple[str, str]:
+    key, eq, value = text.partition("=")
+    if not eq or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def _storage_option_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-o",
+        "--storage-option",
+        dest="storage_options",
+        type=_key_value,
+        action="append",
+        default=None,
+        metavar="KEY=VALUE",
+        help="an object-store option for URL paths, such as aws_endpoint=... (repeatable)",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="loaderx",
@@ -423,8 +460,10 @@ def _parser() -> argparse.ArgumentParser:
     p = add("info", _info, "describe stores, or every store under a directory")
     p.add_argument("paths", nargs="+", metavar="PATH")
     p.add_argument("--json", action="store_true", help="print one JSON document")
+    _storage_option_arg(p)
     p = add("verify", _verify, "re-hash and decode every record of stores")
     p.add_argument("paths", nargs="+", metavar="PATH")
+    _storage_option_arg(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p = add("convert", _convert, "convert a dataset into stores (the converter extra)")
     p.add_argument(

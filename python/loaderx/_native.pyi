@@ -28,6 +28,9 @@ DEFAULT_IDLE_LIMIT: int
 DL_CPU: int
 DL_CUDA: int
 DL_ROCM: int
+LOADERX_STORAGE_OPTIONS: tuple[str, ...]
+DEFAULT_CACHE_BLOCK_BYTES: int
+DEFAULT_CACHE_MAX_BYTES: int
 
 def out_of_range(index: int, len: int) -> OutOfRangeError: ...
 def numpy_dtype(name: str) -> np.dtype[np.generic]: ...
@@ -99,6 +102,16 @@ class Placement:
 class Store:
     @staticmethod
     def open(path: str | PathLike[str], checked: bool = False) -> Store: ...
+    @staticmethod
+    def open_url(
+        url: str,
+        options: Sequence[tuple[str, str]],
+        cache_dir: str | PathLike[str] | None = None,
+        cache_max_bytes: int = 0,
+        cache_block_bytes: int = ...,
+    ) -> Store: ...
+    @property
+    def url(self) -> str | None: ...
     def __len__(self) -> int: ...
     @property
     def header_checksum(self) -> int: ...
@@ -221,3 +234,10 @@ def concat(
     copy: bool = False,
     progress: Callable[[int, int], object] | None = None,
 ) -> tuple[Path, int, int, int, int, int, int]: ...
+def upload(
+    local: str | PathLike[str],
+    url: str,
+    options: Sequence[tuple[str, str]],
+    overwrite: bool = False,
+) -> None: ...
+def is_url(path: str) -> bool: ...

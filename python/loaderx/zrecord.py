@@ -21,12 +21,13 @@ import operator
 import os
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import (
     TYPE_CHECKING,
     Any,
     Generic,
+    NamedTuple,
     NoReturn,
     Protocol,
     SupportsIndex,
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ConcatResult",
+    "Cache",
     "DLTensor",
     "Dense",
     "Ragged",
@@ -69,6 +71,7 @@ __all__ = [
     "ZrecordError",
     "clean",
     "concat",
+    "upload",
 ]
 
 DLTensor = _native.DLTensor
@@ -246,6 +249,67 @@ def _positions(key: object, n: int) -> int | Positions:
     return cast("Positions", np.ascontiguousarray(arr))  # int64 or uint64 by now
 
 
+@dataclass(frozen=True)
+class Cache:
+    """A local directory that keeps blocks of remote stores' data files (and
+    their indexes) so that records read again are not fetched again.
+
+    ``max_bytes`` bounds what the directory holds: past it, the least recently
+    used blocks are removed. ``block_bytes`` is the unit fetched and kept.
+    Blocks are keyed by the store's header checksum, so a store replaced at the
+    same URL never meets the old store's blocks. Any number of processes may
+    share one directory. See docs/remote.md."""
+
+    path: str
+    max_bytes: int = _native.DEFAULT_CACHE_MAX_BYTES
+    block_bytes: int = _native.DEFAULT_CACHE_BLOCK_BYTES
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", os.path.abspath(_fspath(self.path)))
+        check_int(self.max_bytes, "max_bytes", 0)
+        check_int(self.block_bytes, "block_bytes", 1)
+
+
+class _Remote(NamedTuple):
+    """What reopens a remote reader: its URL, storage options and cache."""
+
+    url: str
+    options: tuple[tuple[str, str], ...]
+    cache: Cache | None
+
+
+StorageOptions: TypeAlias = "Mapping[str, str | bool | int | float]"
+
+
+def _storage_options(options: StorageOptions | None) -> tuple[tuple[str, str], ...]:
+    """The options as (name, string) pairs; the native side checks the names."""
+    if options is None:
+        return ()
+    if not isinstance(options, Mapping):
+        raise TypeError(f"storage_options must be a dict, got {type(options).__name__}")
+    pairs: list[tuple[str, str]] = []
+    for k, v in cast("Mapping[object, object]", options).items():
+        if not isinstance(k, str):
+            raise TypeError(f"storage option names are str, got {type(k).__name__}")
+        if isinstance(v, bool):
+            pairs.append((k, "true" if v else "false"))
+        elif isinstance(v, (str, int, float)):
+            pairs.append((k, str(v)))
+        else:
+            raise TypeError(
+                f"storage option {k!r} must be a str, bool, int or float, got {type(v).__name__}"
+            )
+    return tuple(pairs)
+
+
+def _cache_arg(cache: Cache | str | os.PathLike[str] | None) -> Cache | None:
+    if cache is None or isinstance(cache, Cache):
+        return cache
+    if isinstance(cache, (str, os.PathLike)):
+        return Cache(_fspath(cache))
+    raise TypeError(f"cache must be a Cache or a directory path, got {type(cache).__name__}")
+
+
 class _Reader(ABC, Generic[_BatchT]):
     """What Dense and Ragged readers share: lifetime, metadata and index dispatch."""
 
@@ -258,33 +322,73 @@ class _Reader(ABC, Generic[_BatchT]):
         allocator: Allocator | None = None,
         *,
         where: str | None = None,
+        remote: _Remote | None = None,
     ) -> None:
         self._native: _native.Store | None = native
         self._path = path
+        self._remote = remote
         # The absolute path as of opening, which a pickle reopens: a relative path
         # would name another store once the working directory changes.
-        self._where = os.path.abspath(path) if where is None else where
+        if where is None:
+            where = remote.url if remote is not None else os.path.abspath(path)
+        self._where = where
         self._allocator = allocator
         self._owns_allocator = False
         self._len = len(native)
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, checked: bool = False) -> Self:
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        checked: bool = False,
+        storage_options: StorageOptions | None = None,
+        cache: Cache | str | os.PathLike[str] | None = None,
+    ) -> Self:
         """Opens a published store for reading. Raises FileNotFoundError when the
         path does not exist and ZrecordError when it is not an intact store of
         this kind.
 
         ``checked=True`` verifies every gathered record's stored bytes against the
         checksum in its index entry, so that a damaged record is a ZrecordError
-        instead of data; without it only ``verify()`` reads the checksums."""
+        instead of data; without it only ``verify()`` reads the checksums.
+
+        `path` may be a URL: ``s3://``, ``gs://``, ``az://``, ``http(s)://`` or
+        ``file://``. ``storage_options`` configure the object store (object_store's
+        key names, such as ``endpoint``, ``region``, ``aws_access_key_id``,
+        ``allow_http``) and how records are fetched; ``cache`` is a ``Cache`` or a
+        directory path keeping fetched blocks. A remote store always checks every
+        record's checksum. See docs/remote.md."""
         p = _fspath(path)
         if not isinstance(checked, bool):
             raise TypeError(f"checked must be a bool, got {type(checked).__name__}")
+        if _native.is_url(p):
+            remote = _Remote(p, _storage_options(storage_options), _cache_arg(cache))
+            return cls(cls._open_remote(remote), p, remote=remote)
+        if storage_options is not None or cache is not None:
+            raise InvalidArgumentError(
+                f"{p}: storage_options and cache apply to store URLs (s3://, gs://, az://, "
+                "http(s)://, file://), not to local paths"
+            )
         return cls(cls._open_native(p, checked), p)
 
     @classmethod
+    def _open_remote(cls, remote: _Remote) -> _native.Store:
+        c = remote.cache
+        if c is None:
+            native = _native.Store.open_url(remote.url, list(remote.options))
+        else:
+            native = _native.Store.open_url(
+                remote.url, list(remote.options), c.path, c.max_bytes, c.block_bytes
+            )
+        return cls._check_kind(native, remote.url)
+
+    @classmethod
     def _open_native(cls, path: str, checked: bool) -> _native.Store:
-        native = _native.Store.open(path, checked)
+        return cls._check_kind(_native.Store.open(path, checked), path)
+
+    @classmethod
+    def _check_kind(cls, native: _native.Store, path: str) -> _native.Store:
         if native.kind != cls._kind:
             raise ZrecordError(
                 f"{path}: is a {native.kind.capitalize()} store; open it with "
@@ -309,7 +413,9 @@ class _Reader(ABC, Generic[_BatchT]):
             raise TypeError(
                 f"bind needs a loaderx.allocator.Allocator, got {type(allocator).__name__}"
             )
-        return type(self)(self._store(), self._path, allocator, where=self._where)
+        return type(self)(
+            self._store(), self._path, allocator, where=self._where, remote=self._remote
+        )
 
     @property
     def path(self) -> str:
@@ -389,10 +495,17 @@ class _Reader(ABC, Generic[_BatchT]):
     @abstractmethod
     def _many(self, store: _native.Store, pos: Positions) -> _BatchT: ...
 
+    @property
+    def url(self) -> str | None:
+        """The URL a remote store was opened from; None for a local store."""
+        return None if self._remote is None else self._remote.url
+
     def verify(self, *, progress: ProgressArg = False) -> None:
         """Reads every record and checks it against its checksum; raises
         ZrecordError naming the file and record of the first damaged one.
-        `progress` reports the stored bytes checked (see ``loaderx.progress``)."""
+        `progress` reports the stored bytes checked (see ``loaderx.progress``).
+        A remote store's data files are streamed from object storage, bypassing
+        the cache."""
         store = self._store()
         if progress is None or progress is False:
             store.verify()
@@ -466,6 +579,7 @@ class _Reader(ABC, Generic[_BatchT]):
                 bool(self._native.checked),
                 int(self._native.header_checksum),
                 bound,
+                self._remote,
             ),
         )
 
@@ -480,9 +594,13 @@ def _reopen_reader(
     checked: bool,
     header_checksum: int,
     allocator: Allocator | None,
+    remote: _Remote | None = None,
 ) -> _ReaderT:
     """Unpickles a reader (see ``_Reader.__reduce__``)."""
-    native = cls._open_native(where, checked)  # pyright: ignore[reportPrivateUsage]
+    if remote is not None:
+        native = cls._open_remote(remote)  # pyright: ignore[reportPrivateUsage]
+    else:
+        native = cls._open_native(where, checked)  # pyright: ignore[reportPrivateUsage]
     found = int(native.header_checksum)
     if found != header_checksum:
         err = ZrecordError(
@@ -492,7 +610,7 @@ def _reopen_reader(
         )
         err.path = where
         raise err
-    return cls(native, path, allocator, where=where)
+    return cls(native, path, allocator, where=where, remote=remote)
 
 
 class _Writer:
@@ -1120,3 +1238,27 @@ def concat(
     return ConcatResult(
         os.fspath(path), records, data_files, linked, copied, copied_bytes, checksum
     )
+
+
+def upload(
+    store: str | os.PathLike[str],
+    url: str,
+    *,
+    storage_options: StorageOptions | None = None,
+    overwrite: bool = False,
+) -> None:
+    """Uploads the published local store at `store` to `url` in object storage.
+
+    Every file but the header goes up first, each checked for its size once
+    there; the header, which readers read first and which names every other
+    file's size and checksum, goes up last. A reader therefore finds either no
+    store or a whole one. A store already at `url` is StoreExistsError unless
+    ``overwrite=True``, which first removes its header (readers then find no
+    store until the new header lands). Check the local store with ``verify()``
+    first if it may be damaged: upload copies bytes, it does not check them."""
+    local = _fspath(store)
+    if not isinstance(url, str) or not _native.is_url(url):
+        raise InvalidArgumentError(f"upload needs a store URL (s3://, gs://, ...), got {url!r}")
+    if not isinstance(overwrite, bool):
+        raise TypeError(f"overwrite must be a bool, got {type(overwrite).__name__}")
+    _native.upload(local, url, list(_storage_options(storage_options)), overwrite)

@@ -42,9 +42,18 @@ fn os_error(name: &'static str, source: &std::io::Error, msg: String, path: Path
     let errno = source.raw_os_error().unwrap_or(0);
     raise(
         name,
-        move |py| (errno, msg, path).into_pyobject(py),
+        move |py| (errno, msg, named(py, path)?).into_pyobject(py),
         |_| Ok(()),
     )
+}
+
+/// A file's name for Python: a `str` for the URL of an object in a remote store
+/// (a `pathlib.Path` would fold its `//`), else a `pathlib.Path`.
+fn named(py: Python<'_>, path: PathBuf) -> PyResult<Bound<'_, PyAny>> {
+    match path.to_str() {
+        Some(s) if loaderx_remote::is_url(s) => Ok(s.into_pyobject(py)?.into_any()),
+        _ => Ok(path.into_pyobject(py)?.into_any()),
+    }
 }
 
 fn format_error(e: zrecord::Error) -> PyErr {
@@ -66,7 +75,7 @@ fn format_error(e: zrecord::Error) -> PyErr {
             "ZrecordError",
             |py| pyo3::types::PyTuple::new(py, [msg]),
             |v| {
-                v.setattr("path", path)?;
+                v.setattr("path", named(v.py(), path)?)?;
                 v.setattr("record", record)
             },
         ),
@@ -102,6 +111,37 @@ fn engine_error(e: loaderx_gather::Error) -> PyErr {
     }
 }
 
+fn remote_error(e: loaderx_remote::Error) -> PyErr {
+    use loaderx_remote::Error as E;
+    let msg = e.to_string();
+    match e {
+        E::Engine(e) => engine_error(e),
+        E::InvalidArgument(_) => simple("InvalidArgumentError", msg),
+        E::NotFound { url, .. } => os_error(
+            "StoreNotFoundError",
+            &std::io::Error::from_raw_os_error(libc::ENOENT),
+            msg,
+            url.into(),
+        ),
+        E::Exists(url) => os_error(
+            "StoreExistsError",
+            &std::io::Error::from_raw_os_error(libc::EEXIST),
+            msg,
+            url.into(),
+        ),
+        E::Storage { url, .. } => os_error(
+            "StorageError",
+            &std::io::Error::from_raw_os_error(libc::EIO),
+            msg,
+            url.into(),
+        ),
+        E::Io { path, source } => match source.kind() {
+            std::io::ErrorKind::NotFound => os_error("StoreNotFoundError", &source, msg, path),
+            _ => os_error("StorageError", &source, msg, path),
+        },
+    }
+}
+
 /// Converts a core result into a Python one.
 pub trait IntoPy<T> {
     fn py_err(self) -> PyResult<T>;
@@ -116,6 +156,12 @@ impl<T> IntoPy<T> for zrecord::Result<T> {
 impl<T> IntoPy<T> for loaderx_gather::Result<T> {
     fn py_err(self) -> PyResult<T> {
         self.map_err(engine_error)
+    }
+}
+
+impl<T> IntoPy<T> for loaderx_remote::Result<T> {
+    fn py_err(self) -> PyResult<T> {
+        self.map_err(remote_error)
     }
 }
 

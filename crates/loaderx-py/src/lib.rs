@@ -32,6 +32,18 @@ fn constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DL_CPU", loaderx_gather::DL_CPU)?;
     m.add("DL_CUDA", loaderx_gather::DL_CUDA)?;
     m.add("DL_ROCM", loaderx_gather::DL_ROCM)?;
+    m.add(
+        "LOADERX_STORAGE_OPTIONS",
+        pyo3::types::PyTuple::new(m.py(), loaderx_remote::LOADERX_OPTIONS)?,
+    )?;
+    m.add(
+        "DEFAULT_CACHE_BLOCK_BYTES",
+        loaderx_remote::DEFAULT_CACHE_BLOCK_BYTES,
+    )?;
+    m.add(
+        "DEFAULT_CACHE_MAX_BYTES",
+        loaderx_remote::DEFAULT_CACHE_MAX_BYTES,
+    )?;
     Ok(())
 }
 
@@ -51,6 +63,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<store::PyBuildDir>()?;
     m.add_function(wrap_pyfunction!(store::clean_stale, m)?)?;
     m.add_function(wrap_pyfunction!(store::concat, m)?)?;
+    m.add_function(wrap_pyfunction!(store::upload, m)?)?;
+    m.add_function(wrap_pyfunction!(store::is_url, m)?)?;
     sampler::register(m)?;
     Ok(())
 }

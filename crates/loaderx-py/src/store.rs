@@ -5,7 +5,8 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use loaderx_gather::{gather, THREADS};
+use loaderx_gather::{gather, Block, Placement, THREADS};
+use loaderx_remote::{Cache, RemoteStore};
 use numpy::{
     PyArray1, PyArrayDescrMethods, PyReadonlyArray1, PyUntypedArray, PyUntypedArrayMethods,
 };
@@ -13,7 +14,8 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use zrecord::{
-    BuildDir, Codec, DType, Kind, RaggedView, ReadOptions, Schema, Source, Store, Writer,
+    BuildDir, Codec, DType, Kind, RaggedLayout, RaggedView, ReadOptions, Schema, Source, Store,
+    Writer,
 };
 
 use crate::allocator::PyPlacement;
@@ -80,13 +82,45 @@ fn positions(idx: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
 
 /// Per-record logical and stored byte counts.
 type SizeArrays<'py> = (Bound<'py, PyArray1<u64>>, Bound<'py, PyArray1<u64>>);
+/// Where a store's records come from: its local files, or object storage.
+enum Backend {
+    Local(Arc<Store>),
+    Remote(Arc<RemoteStore>),
+}
 
 #[pyclass(module = "loaderx._native", name = "Store", frozen)]
 pub struct PyStore {
-    store: Arc<Store>,
+    backend: Backend,
 }
 
 impl PyStore {
+    fn new(backend: Backend) -> Self {
+        PyStore { backend }
+    }
+
+    /// The opened store, for its schema and header, whichever the backend.
+    fn store(&self) -> &Store {
+        match &self.backend {
+            Backend::Local(s) => s,
+            Backend::Remote(r) => r.store(),
+        }
+    }
+
+    /// The records at `idx` in one block of `placement`, with the GIL released.
+    fn records(
+        &self,
+        py: Python<'_>,
+        idx: &[u64],
+        placement: &Placement,
+    ) -> PyResult<(Block, Option<RaggedLayout>)> {
+        match &self.backend {
+            Backend::Local(store) => py
+                .detach(|| gather::records(store, idx, placement))
+                .py_err(),
+            Backend::Remote(remote) => py.detach(|| remote.records(idx, placement)).py_err(),
+        }
+    }
+
     fn dense(
         &self,
         py: Python<'_>,
@@ -94,15 +128,11 @@ impl PyStore {
         shape: Vec<i64>,
         allocator: &PyPlacement,
     ) -> PyResult<DLTensor> {
-        let store = &self.store;
-        if store.schema().kind != Kind::Dense {
+        if self.store().schema().kind != Kind::Dense {
             return Err(PyTypeError::new_err("a Dense gather on a Ragged store"));
         }
-        let placement = allocator.placement();
-        let (block, _) = py
-            .detach(|| gather::records(store, idx, placement))
-            .py_err()?;
-        Ok(DLTensor::pooled(block, shape, store.schema().dtype))
+        let (block, _) = self.records(py, idx, allocator.placement())?;
+        Ok(DLTensor::pooled(block, shape, self.store().schema().dtype))
     }
 }
 
@@ -115,48 +145,80 @@ impl PyStore {
     fn open(py: Python<'_>, path: PathBuf, checked: bool) -> PyResult<Self> {
         let options = ReadOptions { checked };
         let store = py.detach(|| Store::open_with(&path, options)).py_err()?;
-        Ok(PyStore {
-            store: Arc::new(store),
-        })
+        Ok(PyStore::new(Backend::Local(Arc::new(store))))
+    }
+
+    /// Opens the store at `url` in object storage. `options` are storage options
+    /// as strings; `cache_dir`, when given, keeps fetched blocks there, at most
+    /// `cache_max_bytes` of blocks of `cache_block_bytes` each. Gathers always
+    /// check every record's checksum.
+    #[staticmethod]
+    #[pyo3(signature = (url, options, cache_dir=None, cache_max_bytes=0, cache_block_bytes=loaderx_remote::DEFAULT_CACHE_BLOCK_BYTES))]
+    fn open_url(
+        py: Python<'_>,
+        url: String,
+        options: Vec<(String, String)>,
+        cache_dir: Option<PathBuf>,
+        cache_max_bytes: u64,
+        cache_block_bytes: u64,
+    ) -> PyResult<Self> {
+        let remote = py
+            .detach(|| {
+                let cache = cache_dir
+                    .map(|d| Cache::open(&d, cache_max_bytes, cache_block_bytes).map(Arc::new))
+                    .transpose()?;
+                RemoteStore::open(&url, &options, cache)
+            })
+            .py_err()?;
+        Ok(PyStore::new(Backend::Remote(Arc::new(remote))))
+    }
+
+    /// The URL a remote store was opened from; None for a local store.
+    #[getter]
+    fn url(&self) -> Option<String> {
+        match &self.backend {
+            Backend::Local(_) => None,
+            Backend::Remote(r) => Some(r.url().to_string()),
+        }
     }
 
     /// The header's own checksum: it covers every other file's checksum, so it
     /// identifies the store's exact contents.
     #[getter]
     fn header_checksum(&self) -> u64 {
-        self.store.header().checksum
+        self.store().header().checksum
     }
 
     /// The format version the store was written with.
     #[getter]
     fn format_version(&self) -> u32 {
-        self.store.header().version
+        self.store().header().version
     }
 
     /// The size of each data file, as the header records it.
     #[getter]
     fn data_file_sizes(&self) -> Vec<u64> {
-        self.store.header().shard_sizes.clone()
+        self.store().header().shard_sizes.clone()
     }
 
     /// Whether gathers verify each record's checksum.
     #[getter]
     fn checked(&self) -> bool {
-        self.store.options().checked
+        self.store().options().checked
     }
 
     /// The stored attributes (JSON bytes), or None.
     fn attrs<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
-        self.store.attrs().map(|a| PyBytes::new(py, a))
+        self.store().attrs().map(|a| PyBytes::new(py, a))
     }
 
     fn __len__(&self) -> usize {
-        self.store.len() as usize
+        self.store().len() as usize
     }
 
     #[getter]
     fn kind(&self) -> &'static str {
-        match self.store.schema().kind {
+        match self.store().schema().kind {
             Kind::Dense => "dense",
             Kind::Ragged => "ragged",
         }
@@ -164,32 +226,32 @@ impl PyStore {
 
     #[getter]
     fn dtype(&self) -> &'static str {
-        self.store.schema().dtype.name()
+        self.store().schema().dtype.name()
     }
 
     #[getter]
     fn item_shape(&self) -> Vec<u64> {
-        self.store.schema().item_shape.clone()
+        self.store().schema().item_shape.clone()
     }
 
     #[getter]
     fn ndim(&self) -> usize {
-        self.store.schema().ndim
+        self.store().schema().ndim
     }
 
     #[getter]
     fn codec(&self) -> &'static str {
-        self.store.schema().codec.name()
+        self.store().schema().codec.name()
     }
 
     #[getter]
     fn data_shards(&self) -> u8 {
-        self.store.schema().data_shards
+        self.store().schema().data_shards
     }
 
     #[getter]
     fn path(&self) -> PathBuf {
-        self.store.path().to_path_buf()
+        self.store().path().to_path_buf()
     }
 
     /// Dense records at `idx` as one `(len(idx), *item_shape)` tensor.
@@ -201,7 +263,7 @@ impl PyStore {
     ) -> PyResult<DLTensor> {
         let idx = positions(idx)?;
         let mut shape = vec![idx.len() as i64];
-        shape.extend(self.store.schema().item_shape.iter().map(|&d| d as i64));
+        shape.extend(self.store().schema().item_shape.iter().map(|&d| d as i64));
         self.dense(py, &idx, shape, &allocator)
     }
 
@@ -213,7 +275,7 @@ impl PyStore {
         allocator: PyRef<'_, PyPlacement>,
     ) -> PyResult<DLTensor> {
         let shape = self
-            .store
+            .store()
             .schema()
             .item_shape
             .iter()
@@ -230,15 +292,11 @@ impl PyStore {
         allocator: PyRef<'_, PyPlacement>,
     ) -> PyResult<(DLTensor, DLTensor, DLTensor)> {
         let idx = positions(idx)?;
-        let store = &self.store;
-        let placement = allocator.placement();
-        let (block, layout) = py
-            .detach(|| gather::records(store, &idx, placement))
-            .py_err()?;
+        let (block, layout) = self.records(py, &idx, allocator.placement())?;
         let layout =
             layout.ok_or_else(|| PyTypeError::new_err("a Ragged gather on a Dense store"))?;
         let block = Arc::new(Memory::Pooled(block));
-        let dtype = self.store.schema().dtype;
+        let dtype = self.store().schema().dtype;
         let n = layout.records as i64;
         Ok((
             DLTensor::new(block.clone(), 0, vec![layout.elements as i64], dtype),
@@ -254,22 +312,29 @@ impl PyStore {
 
     /// Checks every record's checksum and decoding.
     fn verify(&self, py: Python<'_>) -> PyResult<()> {
-        let store = &self.store;
-        py.detach(|| gather::verify(store)).py_err()
+        match &self.backend {
+            Backend::Local(store) => py.detach(|| gather::verify(store)).py_err(),
+            Backend::Remote(remote) => py.detach(|| remote.verify()).py_err(),
+        }
     }
 
     /// The part of `verify` that is not per record: the index checksum and the
     /// data files' sizes.
     fn verify_files(&self, py: Python<'_>) -> PyResult<()> {
-        let store = &self.store;
-        py.detach(|| store.verify_files()).py_err()
+        match &self.backend {
+            Backend::Local(store) => py.detach(|| store.verify_files()).py_err(),
+            Backend::Remote(remote) => py.detach(|| remote.verify_files()).py_err(),
+        }
     }
 
     /// `verify` of records `start..stop` only.
     fn verify_records(&self, py: Python<'_>, start: u64, stop: u64) -> PyResult<()> {
-        let store = &self.store;
-        py.detach(|| gather::verify_records(store, start..stop))
-            .py_err()
+        match &self.backend {
+            Backend::Local(store) => py
+                .detach(|| gather::verify_records(store, start..stop))
+                .py_err(),
+            Backend::Remote(remote) => py.detach(|| remote.verify_records(start..stop)).py_err(),
+        }
     }
 
     /// The logical and stored byte counts of records `start..stop`, from the
@@ -280,7 +345,7 @@ impl PyStore {
         start: u64,
         stop: u64,
     ) -> PyResult<SizeArrays<'py>> {
-        let store = &self.store;
+        let store = self.store();
         let (logical, stored) = py
             .detach(|| {
                 let n = usize::try_from(stop.saturating_sub(start)).unwrap_or(usize::MAX);
@@ -306,7 +371,7 @@ impl PyStore {
 
     /// The `zstd_dict` dictionary, or None.
     fn dictionary<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        let store = &self.store;
+        let store = self.store();
         let dict = py.detach(|| store.dictionary()).py_err()?;
         Ok(dict.map(|d| PyBytes::new(py, &d)))
     }
@@ -646,4 +711,25 @@ pub fn concat(
         r.copied_bytes,
         r.header_checksum,
     ))
+}
+
+/// Uploads the published store at `local` to `url`, header last (see
+/// `loaderx_remote::upload`).
+#[pyfunction]
+#[pyo3(signature = (local, url, options, overwrite=false))]
+pub fn upload(
+    py: Python<'_>,
+    local: PathBuf,
+    url: String,
+    options: Vec<(String, String)>,
+    overwrite: bool,
+) -> PyResult<()> {
+    py.detach(|| loaderx_remote::upload(&local, &url, &options, overwrite))
+        .py_err()
+}
+
+/// Whether `path` is a URL of a remote store rather than a local path.
+#[pyfunction]
+pub fn is_url(path: &str) -> bool {
+    loaderx_remote::is_url(path)
 }

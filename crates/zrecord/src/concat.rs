@@ -145,7 +145,7 @@ pub fn concat(
             store.verify(par)?;
         }
         let base = placed.len();
-        for (src_path, src, size) in store.data_files() {
+        for (src_path, src, size) in store.data_files()? {
             let to = dir.join(format::data_file(placed.len()));
             let (file, how) = place(src_path, src, size, &to, options.copy)?;
             match how {

@@ -33,7 +33,7 @@ pub use format::{
 };
 pub use parallel::{Parallel, Sequential};
 pub use ragged::{align_up, element_count, record_spans, RaggedLayout, RaggedView, ALIGN};
-pub use reader::{Plan, ReadOptions, Store};
+pub use reader::{Parts, Payload, Plan, ReadOptions, Store};
 pub use writer::{
     clean_stale, is_build_dir_name, temp_sibling, BuildDir, Source, Writer, CHUNK_BYTES,
 };

@@ -60,10 +60,13 @@ fn prefetch(p: *const u8) {
     let _ = p;
 }
 
-/// One payload file (`data-NNN.bin`).
+/// One payload file (`data-NNN.bin`). A store opened from bytes
+/// ([`Store::from_parts`]) has neither the file nor its map: its caller fetches
+/// payload bytes and hands them in as a [`Payload`].
 struct DataFile {
     path: PathBuf,
-    file: File,
+    size: u64,
+    file: Option<File>,
     map: Option<Mmap>,
 }
 
@@ -72,6 +75,39 @@ impl DataFile {
     fn bytes(&self) -> &[u8] {
         self.map.as_deref().unwrap_or(&[])
     }
+}
+
+/// Stored record bytes that a caller fetched (from object storage, say) for one
+/// gather or verify of a store opened with [`Store::from_parts`].
+pub trait Payload: Sync {
+    /// The stored bytes of the checked entry `e`: `e.stored_len` bytes at
+    /// `e.offset` of data file `e.shard`, or `None` when they were not fetched.
+    /// Returning bytes of another length is refused as an internal error.
+    fn stored(&self, e: &Entry) -> Option<&[u8]>;
+}
+
+/// Where a read finds the stored bytes of its records.
+#[derive(Clone, Copy)]
+enum Src<'p> {
+    /// The store's own mapped (or `pread`) data files.
+    Local,
+    /// Bytes a caller fetched, already checked against their checksums when the
+    /// store reads checked.
+    Fetched(&'p dyn Payload),
+}
+
+/// The small files of a store, as bytes, for [`Store::from_parts`]: a reader
+/// that does not see the store as a directory fetches them itself.
+#[derive(Clone, Debug, Default)]
+pub struct Parts {
+    /// `index.bin`.
+    pub index: Vec<u8>,
+    /// `index.sum`; empty for a version 1 store.
+    pub index_sums: Vec<u8>,
+    /// `dict.bin`, for `zstd_dict` stores.
+    pub dict: Option<Vec<u8>>,
+    /// `attrs.json`, when the header says the store has attributes.
+    pub attrs: Option<Vec<u8>>,
 }
 
 /// How an opened store reads.
@@ -119,7 +155,7 @@ impl IndexBlocks {
 pub struct Store {
     path: PathBuf,
     header: Header,
-    index: Option<Mmap>,
+    index: IndexBytes,
     index_path: PathBuf,
     entry_size: usize,
     files: Vec<DataFile>,
@@ -130,6 +166,26 @@ pub struct Store {
     options: ReadOptions,
     /// Logical bytes of every record of a Dense store; `None` for Ragged.
     dense_bytes: Option<u64>,
+    /// The dictionary of a store opened from bytes (a local one rereads its file).
+    dict: Option<Vec<u8>>,
+    /// Whether the data files are local (mapped); false for [`Store::from_parts`].
+    local: bool,
+}
+
+/// `index.bin`: mapped from a local file, or bytes a caller fetched.
+enum IndexBytes {
+    Mapped(Option<Mmap>),
+    Owned(Vec<u8>),
+}
+
+impl IndexBytes {
+    #[inline]
+    fn bytes(&self) -> &[u8] {
+        match self {
+            IndexBytes::Mapped(m) => m.as_deref().unwrap_or(&[]),
+            IndexBytes::Owned(v) => v,
+        }
+    }
 }
 
 /// The records of one gather, resolved and checked, with the output they need.
@@ -231,10 +287,26 @@ fn read_checked(path: &Path, expected: u64, sum: u64, what: &str) -> Result<Vec<
         .take(expected)
         .read_to_end(&mut bytes)
         .at(path)?;
-    if bytes.len() as u64 != expected || xxh3_64(&bytes) != sum {
+    check_small(&bytes, expected, sum, path, what)?;
+    Ok(bytes)
+}
+
+/// Checks the bytes of a small file against the size and checksum the header
+/// gives for it, however they were read.
+fn check_small(bytes: &[u8], expected: u64, sum: u64, path: &Path, what: &str) -> Result<()> {
+    if bytes.len() as u64 != expected {
+        return Err(Error::corrupt(
+            path,
+            format!(
+                "{what} is {} bytes but the header says {expected}",
+                bytes.len()
+            ),
+        ));
+    }
+    if xxh3_64(bytes) != sum {
         return Err(Error::corrupt(path, format!("{what} checksum mismatch")));
     }
-    Ok(bytes)
+    Ok(())
 }
 
 fn read_header(path: &Path) -> Result<Header> {
@@ -271,9 +343,7 @@ impl Store {
     pub fn open_with(path: &Path, options: ReadOptions) -> Result<Store> {
         crate::writer::check_not_build_dir(path)?;
         if cfg!(target_endian = "big") {
-            return Err(Error::InvalidArgument(
-                "zrecord stores are little-endian; this host is big-endian".into(),
-            ));
+            return Err(big_endian());
         }
         match std::fs::metadata(path) {
             Ok(m) if m.is_dir() => {}
@@ -291,9 +361,7 @@ impl Store {
         let header = read_header(&path.join(format::HEADER_FILE))?;
         let index_path = path.join(format::INDEX_FILE);
         let (_, index) = map_file(&index_path, header.index_size, "the index")?;
-        let index_bytes = index.as_deref().unwrap_or(&[]);
-        let block_count = index_bytes.len().div_ceil(INDEX_BLOCK_BYTES);
-        let sums = if header.version >= 2 {
+        let index_sums = if header.version >= 2 {
             read_checked(
                 &path.join(format::INDEX_SUMS_FILE),
                 format::index_sums_size(header.index_size),
@@ -303,23 +371,6 @@ impl Store {
         } else {
             Vec::new()
         };
-        let blocks = if sums.is_empty() || index_bytes.len() <= EAGER_INDEX_BYTES {
-            if xxh3_64(index_bytes) != header.index_xxh3 {
-                return Err(Error::corrupt(
-                    &index_path,
-                    "index checksum mismatch (the index is damaged)",
-                ));
-            }
-            IndexBlocks::all_checked()
-        } else {
-            IndexBlocks {
-                all: false,
-                sums,
-                checked: (0..block_count.div_ceil(64))
-                    .map(|_| AtomicU64::new(0))
-                    .collect(),
-            }
-        };
         let files = header
             .shard_sizes
             .iter()
@@ -328,7 +379,8 @@ impl Store {
                 let p = path.join(format::data_file(s));
                 map_file(&p, size, "the data file").map(|(file, map)| DataFile {
                     path: p,
-                    file,
+                    size,
+                    file: Some(file),
                     map,
                 })
             })
@@ -351,7 +403,147 @@ impl Store {
                 "the attributes",
             )?),
         };
-        let decoder = Decoder::new(header.schema.codec, dict.as_deref())
+        let parts = Parts {
+            index: Vec::new(),
+            index_sums,
+            dict,
+            attrs,
+        };
+        Store::assemble(
+            path,
+            header,
+            IndexBytes::Mapped(index),
+            parts,
+            files,
+            options,
+        )
+    }
+
+    /// Opens a store whose files the caller read itself (from object storage,
+    /// say): `header` is the bytes of `header.bin`, `parts` the other small files.
+    /// `name` names the store in errors (a URL is fine); its data files are
+    /// `name/data-NNN.bin`. Everything [`Store::open_with`] checks is checked here
+    /// by the same code, except that the data files' sizes are the caller's to
+    /// check (the header gives them: [`Header::shard_sizes`]).
+    ///
+    /// Such a store holds no payload: gather it with [`Store::entries`],
+    /// [`Store::plan_fetched`] and [`Store::gather_fetched`], verify it with
+    /// [`Store::check_index`] and [`Store::verify_fetched`].
+    pub fn from_parts(
+        name: &Path,
+        header: &[u8],
+        parts: Parts,
+        options: ReadOptions,
+    ) -> Result<Store> {
+        if cfg!(target_endian = "big") {
+            return Err(big_endian());
+        }
+        let header_path = name.join(format::HEADER_FILE);
+        if header.len() as u64 > MAX_HEADER_BYTES {
+            return Err(Error::corrupt(
+                &header_path,
+                format!(
+                    "the header is {} bytes; a header is at most {MAX_HEADER_BYTES}",
+                    header.len()
+                ),
+            ));
+        }
+        let header = Header::decode(header, &header_path)?;
+        let index_path = name.join(format::INDEX_FILE);
+        if parts.index.len() as u64 != header.index_size {
+            return Err(Error::corrupt(
+                &index_path,
+                format!(
+                    "the index is {} bytes but the header says {} (truncated or extended)",
+                    parts.index.len(),
+                    header.index_size
+                ),
+            ));
+        }
+        if header.version >= 2 {
+            check_small(
+                &parts.index_sums,
+                format::index_sums_size(header.index_size),
+                header.index_sums_xxh3,
+                &name.join(format::INDEX_SUMS_FILE),
+                "the index block checksums",
+            )?;
+        }
+        for (file, size, sum, what, have) in [
+            (
+                format::DICT_FILE,
+                header.dict_size,
+                header.dict_xxh3,
+                "the dictionary",
+                &parts.dict,
+            ),
+            (
+                format::ATTRS_FILE,
+                header.attrs_size,
+                header.attrs_xxh3,
+                "the attributes",
+                &parts.attrs,
+            ),
+        ] {
+            match (size, have) {
+                (0, None) => {}
+                (_, Some(bytes)) => check_small(bytes, size, sum, &name.join(file), what)?,
+                (_, None) => {
+                    return Err(Error::corrupt(
+                        name.join(file),
+                        format!("{what} is missing"),
+                    ))
+                }
+            }
+        }
+        let files = header
+            .shard_sizes
+            .iter()
+            .enumerate()
+            .map(|(s, &size)| DataFile {
+                path: name.join(format::data_file(s)),
+                size,
+                file: None,
+                map: None,
+            })
+            .collect();
+        let mut parts = parts;
+        let index = IndexBytes::Owned(std::mem::take(&mut parts.index));
+        Store::assemble(name, header, index, parts, files, options)
+    }
+
+    /// What both ways of opening share: the index checks, the decoder and the
+    /// rules that tie the header to the files. `parts.index` is unused.
+    fn assemble(
+        path: &Path,
+        header: Header,
+        index: IndexBytes,
+        parts: Parts,
+        files: Vec<DataFile>,
+        options: ReadOptions,
+    ) -> Result<Store> {
+        let index_path = path.join(format::INDEX_FILE);
+        let index_bytes = index.bytes();
+        let block_count = index_bytes.len().div_ceil(INDEX_BLOCK_BYTES);
+        let sums = parts.index_sums;
+        let blocks = if sums.is_empty() || index_bytes.len() <= EAGER_INDEX_BYTES {
+            if xxh3_64(index_bytes) != header.index_xxh3 {
+                return Err(Error::corrupt(
+                    &index_path,
+                    "index checksum mismatch (the index is damaged)",
+                ));
+            }
+            IndexBlocks::all_checked()
+        } else {
+            IndexBlocks {
+                all: false,
+                sums,
+                checked: (0..block_count.div_ceil(64))
+                    .map(|_| AtomicU64::new(0))
+                    .collect(),
+            }
+        };
+        let decoder = Decoder::new(header.schema.codec, parts.dict.as_deref())
             .map_err(|e| Error::corrupt(path, e.to_string()))?;
         let dense_bytes = match header.schema.kind {
             Kind::Dense => header.schema.record_bytes(),
@@ -366,6 +558,7 @@ impl Store {
                 ));
             }
         }
+        let local = files.iter().all(|f| f.file.is_some());
         Ok(Store {
             dense_bytes,
             path: path.to_path_buf(),
@@ -377,8 +570,10 @@ impl Store {
             files,
             decoder,
             blocks,
-            attrs,
+            attrs: parts.attrs,
             options,
+            dict: if local { None } else { parts.dict },
+            local,
         })
     }
 
@@ -419,6 +614,9 @@ impl Store {
 
     /// The store's dictionary bytes, for `zstd_dict` stores.
     pub fn dictionary(&self) -> Result<Option<Vec<u8>>> {
+        if !self.local {
+            return Ok(self.dict.clone());
+        }
         match self.header.dict_size {
             0 => Ok(None),
             n => read_checked(
@@ -439,7 +637,7 @@ impl Store {
     /// The raw bytes of entry `i`, after checking the index blocks they lie in.
     #[inline]
     fn entry_bytes(&self, i: u64) -> Result<&[u8]> {
-        let index = self.index.as_deref().unwrap_or(&[]);
+        let index = self.index.bytes();
         let es = self.entry_size;
         let at = usize::try_from(i).ok().and_then(|i| i.checked_mul(es));
         let Some((at, raw)) = at.and_then(|at| Some((at, index.get(at..at.checked_add(es)?)?)))
@@ -511,7 +709,7 @@ impl Store {
         let in_file = self.files.get(e.shard as usize).is_some_and(|f| {
             e.offset
                 .checked_add(stored)
-                .is_some_and(|end| end <= f.bytes().len() as u64)
+                .is_some_and(|end| end <= f.size)
         });
         let fits = if self.read_directly {
             stored == logical
@@ -533,11 +731,15 @@ impl Store {
         Ok((e, &raw[ENTRY_FIXED..]))
     }
 
-    /// Each data file's path, open file and size, in file order.
-    pub(crate) fn data_files(&self) -> impl Iterator<Item = (&Path, &File, u64)> {
-        self.files
+    /// Each data file's path, open file and size, in file order; refused for a
+    /// store opened from bytes, which has no files.
+    pub(crate) fn data_files(&self) -> Result<Vec<(&Path, &File, u64)>> {
+        self.check_local()?;
+        Ok(self
+            .files
             .iter()
-            .map(|f| (f.path.as_path(), &f.file, f.bytes().len() as u64))
+            .filter_map(|f| Some((f.path.as_path(), f.file.as_ref()?, f.size)))
+            .collect())
     }
 
     #[cold]
@@ -547,7 +749,7 @@ impl Store {
             Some(f)
                 if e.offset
                     .checked_add(e.stored_len as u64)
-                    .is_none_or(|end| end > f.bytes().len() as u64) =>
+                    .is_none_or(|end| end > f.size) =>
             {
                 format!("points past the end of {}", f.path.display())
             }
@@ -570,10 +772,23 @@ impl Store {
         }
     }
 
+    /// Refuses a local read of a store opened from bytes, which holds no payload.
+    fn check_local(&self) -> Result<()> {
+        if self.local {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument(format!(
+                "{}: opened from bytes; its records are read through a fetching reader",
+                self.path.display()
+            )))
+        }
+    }
+
     /// Resolves and checks the records at `idx` and computes the output they need.
     /// Compressed records must declare exactly their logical size in their frame
     /// header, so a damaged frame is refused before any output is allocated.
     pub fn plan<'a>(&self, idx: &'a [u64]) -> Result<Plan<'a>> {
+        self.check_local()?;
         self.check_positions(idx)?;
         if let (Some(rb), false) = (self.dense_bytes, self.decodes()) {
             // Open checked that a record of this size fits in a data file, so the
@@ -591,22 +806,72 @@ impl Store {
                 output_len,
             });
         }
-        let mut entries = Vec::with_capacity(idx.len());
+        let (entries, sizes) = self.resolve_sized(idx)?;
+        self.plan_entries(idx, entries, sizes, Src::Local)
+    }
+
+    /// The checked index entries of the records at `idx`: where each record's
+    /// stored bytes are (data file, offset, length) and their checksum. A reader
+    /// of a store opened with [`Store::from_parts`] fetches these bytes, then
+    /// calls [`Store::plan_fetched`].
+    pub fn entries(&self, idx: &[u64]) -> Result<Vec<Entry>> {
+        self.check_positions(idx)?;
+        self.resolve(idx)
+    }
+
+    /// [`Store::resolve`] with each record's logical size.
+    fn resolve_sized(&self, ids: &[u64]) -> Result<(Vec<Entry>, Vec<u64>)> {
+        let mut entries = Vec::with_capacity(ids.len());
+        let mut sizes = Vec::with_capacity(ids.len());
+        for (k, &p) in ids.iter().enumerate() {
+            self.prefetch_entry(ids, k);
+            let (e, logical) = self.checked_entry(p)?;
+            entries.push(e);
+            sizes.push(logical);
+        }
+        Ok((entries, sizes))
+    }
+
+    /// Asks for the index entry a few positions after `ids[k]`.
+    #[inline]
+    fn prefetch_entry(&self, ids: &[u64], k: usize) {
+        if let Some(&q) = ids.get(k + PREFETCH_AHEAD) {
+            let at = q as usize * self.entry_size;
+            if let Some(b) = self.index.bytes().get(at..) {
+                prefetch(b.as_ptr());
+            }
+        }
+    }
+
+    /// [`Store::plan`] for stored bytes the caller fetched: `payload` holds the
+    /// stored bytes of the [`Store::entries`] of `idx`. Checks what a local plan
+    /// checks, and, when the store reads checked, every record's bytes against
+    /// its checksum, all before the output is allocated.
+    pub fn plan_fetched<'a>(&self, idx: &'a [u64], payload: &dyn Payload) -> Result<Plan<'a>> {
+        self.check_positions(idx)?;
+        let (entries, sizes) = self.resolve_sized(idx)?;
+        self.plan_entries(idx, entries, sizes, Src::Fetched(payload))
+    }
+
+    fn plan_entries<'a>(
+        &self,
+        idx: &'a [u64],
+        entries: Vec<Entry>,
+        logicals: Vec<u64>,
+        src: Src<'_>,
+    ) -> Result<Plan<'a>> {
         let mut sizes = Vec::with_capacity(idx.len());
         let mut total: u64 = 0;
-        for (k, &p) in idx.iter().enumerate() {
-            if let Some(&q) = idx.get(k + PREFETCH_AHEAD) {
-                let at = q as usize * self.entry_size;
-                if let Some(b) = self.index.as_deref().and_then(|x| x.get(at..)) {
-                    prefetch(b.as_ptr());
+        for ((&p, e), &logical) in idx.iter().zip(&entries).zip(&logicals) {
+            if let Src::Fetched(_) = src {
+                if self.options.checked && xxh3_64(self.stored_in(src, e)?) != e.checksum {
+                    return Err(self.checksum_error(e, p));
                 }
             }
-            let (e, logical) = self.checked_entry(p)?;
-            self.check_declared_size(&e, p, logical)?;
+            self.check_declared_size(src, e, p, logical)?;
             total = total
                 .checked_add(logical)
                 .ok_or_else(|| too_large(idx.len()))?;
-            entries.push(e);
             sizes.push(logical as usize);
         }
         let total = usize::try_from(total).map_err(|_| too_large(idx.len()))?;
@@ -634,6 +899,34 @@ impl Store {
     /// Dense records end to end; Ragged values, `cu_seqlens` and shapes as the
     /// plan's layout says.
     pub fn gather(&self, plan: &Plan<'_>, out: &mut [u8], par: &dyn Parallel) -> Result<()> {
+        self.check_local()?;
+        self.gather_in(plan, out, par, Src::Local)
+    }
+
+    /// [`Store::gather`] from the fetched bytes a plan of
+    /// [`Store::plan_fetched`] was made with.
+    pub fn gather_fetched(
+        &self,
+        plan: &Plan<'_>,
+        out: &mut [u8],
+        par: &dyn Parallel,
+        payload: &dyn Payload,
+    ) -> Result<()> {
+        if plan.entries.len() != plan.ids.len() {
+            return Err(Error::Internal(
+                "a fetched gather needs a plan from plan_fetched".into(),
+            ));
+        }
+        self.gather_in(plan, out, par, Src::Fetched(payload))
+    }
+
+    fn gather_in(
+        &self,
+        plan: &Plan<'_>,
+        out: &mut [u8],
+        par: &dyn Parallel,
+        src: Src<'_>,
+    ) -> Result<()> {
         if out.len() != plan.output_len {
             return Err(Error::InvalidArgument(format!(
                 "output holds {} bytes, the gather needs {}",
@@ -642,7 +935,7 @@ impl Store {
             )));
         }
         match &plan.layout {
-            None => self.fill_parts(plan, out, par),
+            None => self.fill_parts(plan, out, par, src),
             Some(layout) => {
                 let (values, meta) = out.split_at_mut(layout.cu_offset);
                 let (cu, shapes) = meta.split_at_mut(layout.shapes_offset - layout.cu_offset);
@@ -659,14 +952,20 @@ impl Store {
                         .copy_from_slice(&raw[ENTRY_FIXED..ENTRY_FIXED + shape_bytes]);
                 }
                 let values = &mut values[..layout.values_bytes];
-                self.fill_parts(plan, values, par)
+                self.fill_parts(plan, values, par, src)
             }
         }
     }
 
     /// Decodes the planned records into `out` (their logical bytes end to end),
     /// split into parts of roughly equal bytes run through `par`.
-    fn fill_parts(&self, plan: &Plan<'_>, out: &mut [u8], par: &dyn Parallel) -> Result<()> {
+    fn fill_parts(
+        &self,
+        plan: &Plan<'_>,
+        out: &mut [u8],
+        par: &dyn Parallel,
+        src: Src<'_>,
+    ) -> Result<()> {
         if out.is_empty() {
             return Ok(());
         }
@@ -698,7 +997,7 @@ impl Store {
             let mut rest = dst;
             let mut session = self.decoder.session();
             for (j, k) in range.enumerate() {
-                if let Some(e) = entries.get(j + PREFETCH_AHEAD) {
+                if let (Some(e), Src::Local) = (entries.get(j + PREFETCH_AHEAD), src) {
                     if !self.is_direct(e.stored_len as usize) {
                         let head = self.stored(e);
                         for line in (0..head.len().min(PREFETCH_HEAD_BYTES)).step_by(64) {
@@ -708,7 +1007,7 @@ impl Store {
                 }
                 let (slot, tail) = std::mem::take(&mut rest).split_at_mut(plan.size(k));
                 rest = tail;
-                self.decode_entry(&mut session, plan.ids[k], &entries[j], slot)?;
+                self.decode_entry(&mut session, src, plan.ids[k], &entries[j], slot)?;
             }
             Ok(())
         })
@@ -719,12 +1018,7 @@ impl Store {
     fn resolve(&self, ids: &[u64]) -> Result<Vec<Entry>> {
         let mut entries = Vec::with_capacity(ids.len());
         for (k, &p) in ids.iter().enumerate() {
-            if let Some(&q) = ids.get(k + PREFETCH_AHEAD) {
-                let at = q as usize * self.entry_size;
-                if let Some(b) = self.index.as_deref().and_then(|x| x.get(at..)) {
-                    prefetch(b.as_ptr());
-                }
-            }
+            self.prefetch_entry(ids, k);
             entries.push(self.checked_entry(p)?.0);
         }
         Ok(entries)
@@ -735,7 +1029,7 @@ impl Store {
         self.read_directly && dst_len >= PREAD_MIN_BYTES
     }
 
-    /// The stored bytes of a checked entry.
+    /// The stored bytes of a checked entry in the local data files.
     #[inline]
     fn stored(&self, e: &Entry) -> &[u8] {
         let start = e.offset as usize;
@@ -745,15 +1039,35 @@ impl Store {
             .unwrap_or(&[])
     }
 
+    /// The stored bytes of a checked entry wherever this read finds them.
+    #[inline]
+    fn stored_in<'s>(&'s self, src: Src<'s>, e: &Entry) -> Result<&'s [u8]> {
+        match src {
+            Src::Local => Ok(self.stored(e)),
+            Src::Fetched(p) => match p.stored(e) {
+                Some(b) if b.len() == e.stored_len as usize => Ok(b),
+                Some(b) => Err(Error::Internal(format!(
+                    "{} bytes handed in for a record of {} stored bytes",
+                    b.len(),
+                    e.stored_len
+                ))),
+                None => Err(Error::Internal(format!(
+                    "the stored bytes at offset {} of data file {} were not fetched",
+                    e.offset, e.shard
+                ))),
+            },
+        }
+    }
+
     /// A compressed record's frame must declare exactly its logical size, so
     /// that nothing is allocated for a size the frame does not hold.
     #[inline]
-    fn check_declared_size(&self, e: &Entry, pos: u64, logical: u64) -> Result<()> {
+    fn check_declared_size(&self, src: Src<'_>, e: &Entry, pos: u64, logical: u64) -> Result<()> {
         if !self.decodes() {
             return Ok(());
         }
-        let declared =
-            declared_size(self.stored(e)).map_err(|msg| self.payload_error(e, pos, msg))?;
+        let declared = declared_size(self.stored_in(src, e)?)
+            .map_err(|msg| self.payload_error(e, pos, msg))?;
         if declared != logical {
             return Err(self.payload_error(
                 e,
@@ -777,24 +1091,33 @@ impl Store {
     }
 
     /// Decodes the checked entry `e` of record `pos` into `dst`, its logical size.
+    /// Fetched bytes were checked against their checksum when they were planned.
     fn decode_entry(
         &self,
         session: &mut DecodeSession<'_>,
+        src: Src<'_>,
         pos: u64,
         e: &Entry,
         dst: &mut [u8],
     ) -> Result<()> {
-        if self.is_direct(dst.len()) {
-            let file = &self.files[e.shard as usize];
-            file.file.read_exact_at(dst, e.offset).at(&file.path)?;
-            if self.options.checked && xxh3_64(dst) != e.checksum {
+        if let (Src::Local, Some(file), true) = (
+            src,
+            self.files.get(e.shard as usize),
+            self.is_direct(dst.len()),
+        ) {
+            if let Some(f) = &file.file {
+                f.read_exact_at(dst, e.offset).at(&file.path)?;
+                if self.options.checked && xxh3_64(dst) != e.checksum {
+                    return Err(self.checksum_error(e, pos));
+                }
+                return Ok(());
+            }
+        }
+        let stored = self.stored_in(src, e)?;
+        if let Src::Local = src {
+            if self.options.checked && xxh3_64(stored) != e.checksum {
                 return Err(self.checksum_error(e, pos));
             }
-            return Ok(());
-        }
-        let stored = self.stored(e);
-        if self.options.checked && xxh3_64(stored) != e.checksum {
-            return Err(self.checksum_error(e, pos));
         }
         session
             .decode(stored, dst)
@@ -842,6 +1165,17 @@ impl Store {
         self.gather(&plan, out, par)
     }
 
+    /// Checks the whole index against its checksum in the header.
+    pub fn check_index(&self) -> Result<()> {
+        if xxh3_64(self.index.bytes()) != self.header.index_xxh3 {
+            return Err(Error::corrupt(
+                &self.index_path,
+                "index checksum mismatch (the index is damaged)",
+            ));
+        }
+        Ok(())
+    }
+
     /// Checks the whole store: the index against its checksum, every entry, every
     /// record's stored bytes against their checksum, and that every record
     /// decodes to its logical size. The first damaged record is reported with its
@@ -855,20 +1189,17 @@ impl Store {
     /// The part of [`Store::verify`] that is not per record: the whole index
     /// against its checksum, and every data file still at its published size.
     pub fn verify_files(&self) -> Result<()> {
-        let index = self.index.as_deref().unwrap_or(&[]);
-        if xxh3_64(index) != self.header.index_xxh3 {
-            return Err(Error::corrupt(
-                &self.index_path,
-                "index checksum mismatch (the index is damaged)",
-            ));
-        }
+        self.check_local()?;
+        self.check_index()?;
         for f in &self.files {
-            let now = f.file.metadata().at(&f.path)?.len();
-            if now != f.bytes().len() as u64 {
-                return Err(Error::corrupt(
-                    &f.path,
-                    "changed size while open (stores must not be modified)",
-                ));
+            if let Some(file) = &f.file {
+                let now = file.metadata().at(&f.path)?.len();
+                if now != f.size {
+                    return Err(Error::corrupt(
+                        &f.path,
+                        "changed size while open (stores must not be modified)",
+                    ));
+                }
             }
         }
         Ok(())
@@ -877,6 +1208,7 @@ impl Store {
     /// The per-record part of [`Store::verify`] for the records in `range`, so
     /// that a caller can verify a large store in steps and report progress.
     pub fn verify_records(&self, range: Range<u64>, par: &dyn Parallel) -> Result<()> {
+        self.check_local()?;
         self.check_range(&range)?;
         let n = range.end - range.start;
         let parts = par.parts(usize::MAX, true).max(1) as u64;
@@ -885,26 +1217,7 @@ impl Store {
             .map(|k| range.start + (k * per).min(n)..range.start + ((k + 1) * per).min(n))
             .filter(|r| !r.is_empty())
             .collect();
-        run_parts(par, ranges, |range| {
-            let mut session = self.decoder.session();
-            let mut scratch: Vec<u8> = Vec::new();
-            for i in range {
-                let (e, logical) = self.checked_entry(i)?;
-                if xxh3_64(self.stored(&e)) != e.checksum {
-                    return Err(self.checksum_error(&e, i));
-                }
-                self.check_declared_size(&e, i, logical)?;
-                let logical = logical as usize;
-                if scratch.len() < logical {
-                    scratch
-                        .try_reserve(logical - scratch.len())
-                        .map_err(|_| Error::OutOfMemory { bytes: logical })?;
-                    scratch.resize(logical, 0);
-                }
-                self.decode_entry(&mut session, i, &e, &mut scratch[..logical])?;
-            }
-            Ok(())
-        })
+        run_parts(par, ranges, |range| self.verify_in(range, Src::Local))
     }
 
     /// Calls `each(logical, stored)` with the logical and stored byte counts of
@@ -931,6 +1244,38 @@ impl Store {
         }
         Ok(())
     }
+    /// What [`Store::verify`] checks of each record, for the records in `range`
+    /// whose stored bytes the caller fetched into `payload` (the entries of
+    /// [`Store::entries`] say which). Run it over every range of records, with
+    /// [`Store::check_index`], to verify a whole store opened from bytes.
+    pub fn verify_fetched(&self, range: Range<u64>, payload: &dyn Payload) -> Result<()> {
+        self.verify_in(range, Src::Fetched(payload))
+    }
+
+    fn verify_in(&self, range: Range<u64>, src: Src<'_>) -> Result<()> {
+        let mut session = self.decoder.session();
+        let mut scratch: Vec<u8> = Vec::new();
+        for i in range {
+            let (e, logical) = self.checked_entry(i)?;
+            if xxh3_64(self.stored_in(src, &e)?) != e.checksum {
+                return Err(self.checksum_error(&e, i));
+            }
+            self.check_declared_size(src, &e, i, logical)?;
+            let logical = logical as usize;
+            if scratch.len() < logical {
+                scratch
+                    .try_reserve(logical - scratch.len())
+                    .map_err(|_| Error::OutOfMemory { bytes: logical })?;
+                scratch.resize(logical, 0);
+            }
+            self.decode_entry(&mut session, src, i, &e, &mut scratch[..logical])?;
+        }
+        Ok(())
+    }
+}
+
+fn big_endian() -> Error {
+    Error::InvalidArgument("zrecord stores are little-endian; this host is big-endian".into())
 }
 
 fn too_large(records: usize) -> Error {

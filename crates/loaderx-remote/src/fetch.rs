@@ -1,0 +1,488 @@
+//! Turning records into requests and requests into bytes: neighbouring ranges
+//! are coalesced, requests run concurrently up to a bound, and a failed or short
+//! response is retried with exponential backoff. A body shorter than the range
+//! asked for is never handed on.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use object_store::{ObjectStore, ObjectStoreExt};
+use zrecord::{Entry, Payload};
+
+use crate::error::{Error, Result};
+use crate::location::Location;
+
+/// How a remote store fetches. Each field is a storage option of the same name.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FetchOptions {
+    /// Most requests in flight at once for one gather.
+    pub max_concurrency: usize,
+    /// Two ranges of one file this close (in bytes) are fetched by one request,
+    /// the bytes between them included.
+    pub coalesce_gap: u64,
+    /// A request stops growing past this many bytes (a longer record is still
+    /// one request), so that a long run of records is fetched in parallel parts.
+    pub max_request_bytes: u64,
+    /// How many times a failed request is retried before the read fails.
+    pub retries: u32,
+    /// The wait before the first retry; each further retry waits twice as long,
+    /// up to ten seconds.
+    pub retry_backoff: Duration,
+    /// Longest one attempt may take, body included, before it counts as failed.
+    pub request_timeout: Duration,
+}
+
+/// The longest wait between two attempts.
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+impl Default for FetchOptions {
+    fn default() -> Self {
+        FetchOptions {
+            max_concurrency: 16,
+            coalesce_gap: 64 << 10,
+            max_request_bytes: 8 << 20,
+            retries: 5,
+            retry_backoff: Duration::from_millis(100),
+            request_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl FetchOptions {
+    /// Sets the option `key` from its string form.
+    pub(crate) fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        let int = || {
+            value.trim().parse::<u64>().map_err(|_| {
+                Error::InvalidArgument(format!(
+                    "storage option {key} must be a non-negative integer, got {value:?}"
+                ))
+            })
+        };
+        let seconds = || {
+            value
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .and_then(|s| Duration::try_from_secs_f64(s).ok())
+                .ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "storage option {key} must be a non-negative number of seconds, got {value:?}"
+                    ))
+                })
+        };
+        match key {
+            "max_concurrency" => {
+                let n = int()?;
+                if n == 0 || n > 1024 {
+                    return Err(Error::InvalidArgument(format!(
+                        "storage option max_concurrency must be in 1..=1024, got {n}"
+                    )));
+                }
+                self.max_concurrency = n as usize;
+            }
+            "coalesce_gap" => self.coalesce_gap = int()?,
+            "max_request_bytes" => {
+                let n = int()?;
+                if n == 0 {
+                    return Err(Error::InvalidArgument(
+                        "storage option max_request_bytes must be positive".into(),
+                    ));
+                }
+                self.max_request_bytes = n;
+            }
+            "retries" => {
+                self.retries = u32::try_from(int()?)
+                    .ok()
+                    .filter(|&n| n <= 100)
+                    .ok_or_else(|| {
+                        Error::InvalidArgument("storage option retries must be in 0..=100".into())
+                    })?
+            }
+            "retry_backoff" => self.retry_backoff = seconds()?.min(MAX_BACKOFF),
+            "request_timeout" => {
+                let t = seconds()?;
+                if t.is_zero() {
+                    return Err(Error::InvalidArgument(
+                        "storage option request_timeout must be positive".into(),
+                    ));
+                }
+                self.request_timeout = t;
+            }
+            _ => {
+                return Err(
+                    zrecord::Error::Internal(format!("{key} is not a fetch option")).into(),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One request: a byte range of one data file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Request {
+    pub shard: usize,
+    pub range: Range<u64>,
+}
+
+/// The requests that fetch the stored bytes of `entries`: per data file, the
+/// records' ranges sorted, overlapping ones merged, ones closer than `gap`
+/// merged while the request is under `max_bytes`. Every record lies wholly in
+/// one request.
+pub(crate) fn plan_requests<'e>(
+    entries: impl IntoIterator<Item = &'e Entry>,
+    shards: usize,
+    gap: u64,
+    max_bytes: u64,
+) -> Vec<Request> {
+    let mut per: Vec<Vec<Range<u64>>> = vec![Vec::new(); shards];
+    for e in entries {
+        if e.stored_len == 0 {
+            continue;
+        }
+        // Entries are checked against their files, so the end cannot overflow.
+        if let Some(v) = per.get_mut(e.shard as usize) {
+            v.push(e.offset..e.offset + u64::from(e.stored_len));
+        }
+    }
+    let mut out = Vec::new();
+    for (shard, mut ranges) in per.into_iter().enumerate() {
+        ranges.sort_unstable_by_key(|r| (r.start, r.end));
+        let mut cur: Option<Range<u64>> = None;
+        for r in ranges {
+            cur = Some(match cur {
+                Some(c) if r.start < c.end => c.start..c.end.max(r.end),
+                Some(c) if r.start - c.end <= gap && r.end.saturating_sub(c.start) <= max_bytes => {
+                    c.start..r.end
+                }
+                Some(c) => {
+                    out.push(Request { shard, range: c });
+                    r
+                }
+                None => r,
+            });
+        }
+        if let Some(c) = cur {
+            out.push(Request { shard, range: c });
+        }
+    }
+    out
+}
+
+/// Fetched bytes of a store's data files, as the format crate asks for them.
+#[derive(Default)]
+pub(crate) struct Spans {
+    /// Per data file, disjoint fetched ranges sorted by start.
+    per_shard: Vec<Vec<(u64, Bytes)>>,
+}
+
+impl Spans {
+    pub fn new(shards: usize) -> Spans {
+        Spans {
+            per_shard: vec![Vec::new(); shards],
+        }
+    }
+
+    pub fn insert(&mut self, shard: usize, start: u64, bytes: Bytes) {
+        if let Some(v) = self.per_shard.get_mut(shard) {
+            v.push((start, bytes));
+        }
+    }
+
+    pub fn sort(&mut self) {
+        for v in &mut self.per_shard {
+            v.sort_unstable_by_key(|(s, _)| *s);
+        }
+    }
+}
+
+impl Payload for Spans {
+    fn stored(&self, e: &Entry) -> Option<&[u8]> {
+        let len = e.stored_len as usize;
+        if len == 0 {
+            return Some(&[]);
+        }
+        let v = self.per_shard.get(e.shard as usize)?;
+        let i = v.partition_point(|(s, _)| *s <= e.offset).checked_sub(1)?;
+        let (start, bytes) = &v[i];
+        let from = usize::try_from(e.offset - start).ok()?;
+        bytes.get(from..from.checked_add(len)?)
+    }
+}
+
+/// Whether a failed request may succeed if tried again: server errors,
+/// throttling, timeouts and broken connections may; a missing object, a
+/// refused credential or a malformed request will not.
+fn transient(e: &object_store::Error) -> bool {
+    use object_store::Error as E;
+    match e {
+        E::NotFound { .. }
+        | E::InvalidPath { .. }
+        | E::NotSupported { .. }
+        | E::NotImplemented { .. }
+        | E::PermissionDenied { .. }
+        | E::Unauthenticated { .. }
+        | E::UnknownConfigurationKey { .. }
+        | E::Precondition { .. }
+        | E::NotModified { .. }
+        | E::AlreadyExists { .. } => false,
+        // object_store keeps the HTTP status in an error type it does not
+        // export; its message says "status code: NNN".
+        E::Generic { source, .. } => {
+            let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(source.as_ref());
+            while let Some(err) = cur {
+                // A request the client refuses to build (plain http without
+                // allow_http, a bad header) fails the same way every time.
+                if err
+                    .downcast_ref::<reqwest::Error>()
+                    .is_some_and(reqwest::Error::is_builder)
+                {
+                    return false;
+                }
+                let text = err.to_string();
+                if let Some(code) = text
+                    .split_once("status code: ")
+                    .and_then(|(_, rest)| rest.get(..3))
+                    .and_then(|c| c.parse::<u16>().ok())
+                {
+                    return !(400..500).contains(&code) || code == 408 || code == 429;
+                }
+                cur = err.source();
+            }
+            true
+        }
+        _ => true,
+    }
+}
+
+/// Why one attempt failed.
+enum Failure {
+    /// Worth another try.
+    Transient(String),
+    /// Not: the object is missing, access is refused, the request is wrong.
+    Permanent(object_store::Error),
+}
+
+/// One attempt at `range` of `path`, bounded by the request timeout.
+async fn attempt(
+    client: &Arc<dyn ObjectStore>,
+    path: &object_store::path::Path,
+    range: Range<u64>,
+    timeout: Duration,
+) -> std::result::Result<Bytes, Failure> {
+    let want = range.end - range.start;
+    match tokio::time::timeout(timeout, client.get_range(path, range)).await {
+        Err(_) => Err(Failure::Transient(format!(
+            "no complete response within {:.3} s",
+            timeout.as_secs_f64()
+        ))),
+        Ok(Ok(b)) if b.len() as u64 == want => Ok(b),
+        Ok(Ok(b)) => Err(Failure::Transient(format!(
+            "the response held {} of the {want} bytes asked for",
+            b.len()
+        ))),
+        Ok(Err(e)) if transient(&e) => Err(Failure::Transient(e.to_string())),
+        Ok(Err(e)) => Err(Failure::Permanent(e)),
+    }
+}
+
+/// `range` of the store's file `name`, retried as `opts` says.
+pub(crate) async fn get_range(
+    client: &Arc<dyn ObjectStore>,
+    loc: &Location,
+    name: &str,
+    range: Range<u64>,
+    opts: &FetchOptions,
+) -> Result<Bytes> {
+    let path = loc.path_of(name);
+    let mut wait = opts.retry_backoff;
+    let mut tries = 0u32;
+    loop {
+        match attempt(client, &path, range.clone(), opts.request_timeout).await {
+            Ok(b) => return Ok(b),
+            Err(Failure::Permanent(object_store::Error::NotFound { .. })) => {
+                return Err(Error::Storage {
+                    url: loc.url_of(name),
+                    msg: "the object does not exist (the store is incomplete or was removed)"
+                        .into(),
+                })
+            }
+            Err(Failure::Permanent(e)) => {
+                return Err(Error::Storage {
+                    url: loc.url_of(name),
+                    msg: format!("reading bytes {}..{} failed: {e}", range.start, range.end),
+                })
+            }
+            Err(Failure::Transient(msg)) if tries >= opts.retries => {
+                return Err(Error::Storage {
+                    url: loc.url_of(name),
+                    msg: format!(
+                        "reading bytes {}..{} failed {} times; the last: {msg}",
+                        range.start,
+                        range.end,
+                        tries + 1
+                    ),
+                })
+            }
+            Err(Failure::Transient(_)) => {
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(MAX_BACKOFF);
+                tries += 1;
+            }
+        }
+    }
+}
+
+/// Runs `requests` against the store's data files, at most
+/// `opts.max_concurrency` at once, and returns each one's bytes in order.
+pub(crate) async fn fetch_all(
+    client: &Arc<dyn ObjectStore>,
+    loc: &Location,
+    requests: &[Request],
+    opts: &FetchOptions,
+) -> Result<Vec<Bytes>> {
+    futures::stream::iter(requests.iter().map(|r| {
+        let name = zrecord::data_file(r.shard);
+        async move { get_range(client, loc, &name, r.range.clone(), opts).await }
+    }))
+    .buffered(opts.max_concurrency)
+    .try_collect()
+    .await
+}
+
+/// The size of the store's file `name`, retried as a range read is. `None`
+/// when it does not exist.
+pub(crate) async fn size_of(
+    client: &Arc<dyn ObjectStore>,
+    loc: &Location,
+    name: &str,
+    opts: &FetchOptions,
+) -> Result<Option<u64>> {
+    let path = loc.path_of(name);
+    let mut wait = opts.retry_backoff;
+    let mut tries = 0u32;
+    loop {
+        let res = tokio::time::timeout(opts.request_timeout, client.head(&path)).await;
+        let msg = match res {
+            Ok(Ok(meta)) => return Ok(Some(meta.size)),
+            Ok(Err(object_store::Error::NotFound { .. })) => return Ok(None),
+            Ok(Err(e)) if !transient(&e) => {
+                return Err(Error::Storage {
+                    url: loc.url_of(name),
+                    msg: format!("asking for its size failed: {e}"),
+                })
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "no response in time".to_string(),
+        };
+        if tries >= opts.retries {
+            return Err(Error::Storage {
+                url: loc.url_of(name),
+                msg: format!(
+                    "asking for its size failed {} times; the last: {msg}",
+                    tries + 1
+                ),
+            });
+        }
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(MAX_BACKOFF);
+        tries += 1;
+    }
+}
+
+/// The whole store file `name`, whose size the header gives.
+pub(crate) async fn whole(
+    client: &Arc<dyn ObjectStore>,
+    loc: &Location,
+    name: &str,
+    size: u64,
+    opts: &FetchOptions,
+) -> Result<Bytes> {
+    if size == 0 {
+        return Ok(Bytes::new());
+    }
+    get_range(client, loc, name, 0..size, opts).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(shard: u8, offset: u64, len: u32) -> Entry {
+        Entry {
+            offset,
+            stored_len: len,
+            shard,
+            checksum: 0,
+        }
+    }
+
+    #[test]
+    fn neighbours_coalesce_and_far_ranges_do_not() {
+        let es = [
+            e(0, 100, 10),
+            e(0, 0, 10),
+            e(0, 15, 5),
+            e(1, 0, 4),
+            e(0, 1000, 1),
+        ];
+        let r = plan_requests(&es, 2, 10, 1 << 20);
+        assert_eq!(
+            r,
+            vec![
+                Request {
+                    shard: 0,
+                    range: 0..20
+                },
+                Request {
+                    shard: 0,
+                    range: 100..110
+                },
+                Request {
+                    shard: 0,
+                    range: 1000..1001
+                },
+                Request {
+                    shard: 1,
+                    range: 0..4
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn requests_stop_growing_but_overlaps_always_merge() {
+        let es = [e(0, 0, 8), e(0, 8, 8), e(0, 16, 8), e(0, 20, 8)];
+        let r = plan_requests(&es, 1, 0, 16);
+        assert_eq!(
+            r,
+            vec![
+                Request {
+                    shard: 0,
+                    range: 0..16
+                },
+                Request {
+                    shard: 0,
+                    range: 16..28
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn spans_find_records_inside_them_only() {
+        let mut s = Spans::new(2);
+        s.insert(1, 100, Bytes::from_static(b"abcdefgh"));
+        s.insert(1, 0, Bytes::from_static(b"0123"));
+        s.sort();
+        assert_eq!(s.stored(&e(1, 102, 3)), Some(&b"cde"[..]));
+        assert_eq!(s.stored(&e(1, 1, 3)), Some(&b"123"[..]));
+        assert_eq!(s.stored(&e(1, 2, 3)), None);
+        assert_eq!(s.stored(&e(1, 106, 3)), None);
+        assert_eq!(s.stored(&e(0, 0, 1)), None);
+        assert_eq!(s.stored(&e(0, 5, 0)), Some(&b""[..]));
+    }
+}

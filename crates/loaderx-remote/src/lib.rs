@@ -1,0 +1,38 @@
+//! Reading zrecord stores from object storage: `s3://`, `gs://`, `az://`,
+//! `http(s)://` and `file://` URLs through the `object_store` crate.
+//!
+//! The format crate knows nothing of networks: it opens a store from the bytes
+//! of its small files ([`zrecord::Store::from_parts`]), says where each record's
+//! stored bytes are ([`zrecord::Store::entries`]) and decodes bytes handed to it
+//! with the same checks as a local read ([`zrecord::Store::plan_fetched`]). This
+//! crate does the rest:
+//!
+//! * [`Location`]: a URL and its storage options, refusing names `object_store`
+//!   does not know; nothing is read from the environment unless asked.
+//! * [`FetchOptions`]: how ranges are coalesced, how many requests run at once,
+//!   how failures are retried.
+//! * [`RemoteStore`]: open, gather into a placement, verify; every record's
+//!   stored bytes are checked against their checksum before they are decoded.
+//! * [`Cache`]: an optional local directory of fixed-size blocks keyed by the
+//!   store's identity, shared safely by several processes.
+//! * [`upload`]: a published local store into object storage, header last.
+//!
+//! Requests run on one lazily created tokio runtime per process, rebuilt in a
+//! forked child, as the gather engine's threads are.
+
+#![deny(missing_docs)]
+
+mod cache;
+mod error;
+mod fetch;
+mod location;
+mod runtime;
+mod store;
+mod upload;
+
+pub use cache::{Cache, DEFAULT_CACHE_BLOCK_BYTES, DEFAULT_CACHE_MAX_BYTES};
+pub use error::{Error, Result};
+pub use fetch::FetchOptions;
+pub use location::{is_url, Location, LOADERX_OPTIONS};
+pub use store::RemoteStore;
+pub use upload::upload;

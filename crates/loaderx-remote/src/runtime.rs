@@ -1,0 +1,61 @@
+//! The one tokio runtime of a process, made on first use. A forked child
+//! inherits the parent's bookkeeping but none of its threads, so the child makes
+//! its own the first time it asks, and forgets (never drops) the inherited one:
+//! dropping it would wait for threads that do not exist.
+
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex};
+
+use tokio::runtime::Runtime;
+
+use crate::error::{Error, Result};
+
+/// Threads that drive requests. They only wait on sockets; decoding runs on the
+/// gather engine's threads once the bytes are in.
+const IO_THREADS: usize = 2;
+
+static RUNTIME: Mutex<Option<(u32, Arc<Runtime>)>> = Mutex::new(None);
+
+/// The process's id, for telling a forked child from its parent.
+pub(crate) fn pid() -> u32 {
+    std::process::id()
+}
+
+fn runtime() -> Result<Arc<Runtime>> {
+    let mut guard = RUNTIME.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((owner, rt)) = guard.as_ref() {
+        if *owner == pid() {
+            return Ok(rt.clone());
+        }
+    }
+    if let Some(old) = guard.take() {
+        std::mem::forget(old);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(IO_THREADS)
+        .thread_name("loaderx-io")
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Io {
+            path: "tokio runtime".into(),
+            source: e,
+        })?;
+    let rt = Arc::new(rt);
+    *guard = Some((pid(), rt.clone()));
+    Ok(rt)
+}
+
+/// Runs `fut` to completion on the process's runtime from the calling thread.
+/// A panic inside becomes an internal error rather than crossing into the caller.
+pub(crate) fn block_on<T>(fut: impl Future<Output = Result<T>>) -> Result<T> {
+    let rt = runtime()?;
+    catch_unwind(AssertUnwindSafe(|| rt.block_on(fut))).unwrap_or_else(|p| {
+        let msg = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(zrecord::Error::Internal(format!("a remote request panicked: {msg}")).into())
+    })
+}
