@@ -110,6 +110,12 @@ class _Server(ThreadingHTTPServer):
             with self._lock:
                 self._open.discard(request)
 
+    def handle_error(self, request, client_address) -> None:  # type: ignore[override]
+        # A client that hangs up mid-reply (a reader stopping with requests in flight)
+        # is normal here; anything else is printed as usual.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
     def mark_reset(self, request: socket.socket) -> None:
         with self._lock:
             self._reset.add(request)
