@@ -4,15 +4,7 @@
 Runs ``loaderx_bench.remote`` (benchmarks/loaderx_bench/remote.py), which documents it.
 """
 
-import sys
-
-try:
-    from loaderx_bench.remote import main
-except ModuleNotFoundError as e:
-    if e.name != "loaderx_bench":
-        raise
-    print("loaderx_bench is not installed: run bash scripts/setup_bench.sh", file=sys.stderr)
-    sys.exit(2)
+from _entry import run
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    run("loaderx_bench.remote")
