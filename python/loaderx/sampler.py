@@ -28,6 +28,16 @@ __all__ = ["MixtureSampler", "Sampler"]
 _LAST_STEP = 2**64 - 1
 
 
+def _restore_step(sampler: _native.Sampler | _native.MixtureSampler, step: int) -> None:
+    """Puts an unpickled sampler at `step`, its pickled next step; one past the
+    last step means the last step was drawn, a condition only a draw restores."""
+    if step > _LAST_STEP:
+        sampler.seek(_LAST_STEP)
+        sampler.next()
+    else:
+        sampler.seek(step)
+
+
 class Sampler(_native.Sampler):
     """Sampler(length, batch_size, mode, seed=0)
 
@@ -91,11 +101,7 @@ class Sampler(_native.Sampler):
         return (type(self), (length, batch_size, Sampler.Mode(mode), seed), step)
 
     def __setstate__(self, step: int) -> None:
-        if step > _LAST_STEP:  # the last step was drawn: restore that condition
-            self.seek(_LAST_STEP)
-            self.next()
-        else:
-            self.seek(step)
+        _restore_step(self, step)
 
 
 class MixtureSampler(_native.MixtureSampler):
@@ -211,11 +217,7 @@ class MixtureSampler(_native.MixtureSampler):
         )
 
     def __setstate__(self, step: int) -> None:
-        if step > _LAST_STEP:  # the last step was drawn: restore that condition
-            self.seek(_LAST_STEP)
-            self.next()
-        else:
-            self.seek(step)
+        _restore_step(self, step)
 
     def __repr__(self) -> str:
         ranges, weights, batch_size, modes, seed, step = self._state()
