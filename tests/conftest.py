@@ -70,3 +70,17 @@ def s3_bucket(moto_s3, request):
     name = f"t{len(moto_s3.buckets)}-{name}"
     moto_s3.create_bucket(name)
     return name
+
+
+class DLPackProducer:
+    """Another framework's CPU array as loaderx sees it: by the DLPack protocol
+    only (not a NumPy array), exporting `a`."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, **kw):
+        return self.a.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()

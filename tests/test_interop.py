@@ -10,7 +10,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from conftest import host
+from conftest import DLPackProducer, host
 from loaderx import _native
 from loaderx._schema import check_dtype
 from loaderx.allocator import _runtime, cuda
@@ -172,22 +172,12 @@ def test_torch_ml_dtype_tensors_append_without_conversion(tmp_path, ml_dtypes, n
 
 
 def test_a_strided_dlpack_producer_is_refused_not_copied(tmp_path):
-    class Producer:  # any framework's strided view, by protocol only
-        def __init__(self, a):
-            self.a = a
-
-        def __dlpack__(self, **kw):
-            return self.a.__dlpack__(**kw)
-
-        def __dlpack_device__(self):
-            return self.a.__dlpack_device__()
-
     base = np.arange(12, dtype=np.float32).reshape(3, 4)
     with Dense.create(tmp_path / "s", "float32", (2,), codec="raw") as w:
         with pytest.raises(InvalidArgumentError, match=r"data: the tensor is strided"):
-            w.append(Producer(base[:, ::2]))
-        w.append(Producer(base[1:, :2].copy()))
-        w.append(Producer(base[2:, 2:]))  # a contiguous row with a byte offset
+            w.append(DLPackProducer(base[:, ::2]))
+        w.append(DLPackProducer(base[1:, :2].copy()))
+        w.append(DLPackProducer(base[2:, 2:]))  # a contiguous row with a byte offset
     with Dense.open(tmp_path / "s") as ds:
         assert np.asarray(ds[:]).tolist() == [[4.0, 5.0], [8.0, 9.0], [10.0, 11.0]]
 

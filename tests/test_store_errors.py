@@ -10,7 +10,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from conftest import host
+from conftest import DLPackProducer, host
 from loaderx.zrecord import Dense, Ragged, RaggedBatch, ZrecordError
 
 REFUSED = {
@@ -107,22 +107,12 @@ def test_append_accepts_dltensor_and_dlpack_producers(tmp_path, rng):
     with Dense.create(tmp_path / "a", np.uint8, (4,), codec="zstd") as w:
         w.append(data)
 
-    class Producer:  # an external CPU DLPack producer that is not a NumPy array
-        def __init__(self, a):
-            self.a = a
-
-        def __dlpack__(self, **kw):
-            return self.a.__dlpack__(**kw)
-
-        def __dlpack_device__(self):
-            return self.a.__dlpack_device__()
-
     with (
         Dense.open(tmp_path / "a") as s,
         Dense.create(tmp_path / "b", s.dtype, s.item_shape, codec="raw") as d,
     ):
         d.append(s[:])
-        d.append(Producer(data[:2]))
+        d.append(DLPackProducer(data[:2]))
     with Dense.open(tmp_path / "b") as b:
         assert np.array_equal(host(b[:]), np.concatenate([data, data[:2]]))
 
