@@ -425,7 +425,14 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         body = self._read_body()
         fault = owner.take_fault()
         if owner.latency_ms > 0:
-            time.sleep(owner.latency_ms / 1000)
+            # Counted only while delayed: the client is surely still waiting then,
+            # whereas after the reply it may send its next request before this
+            # thread gets here again.
+            owner.delayed(+1)
+            try:
+                time.sleep(owner.latency_ms / 1000)
+            finally:
+                owner.delayed(-1)
         if fault is not None and fault[0] == "reset":
             self.server.mark_reset(self.connection)
             self.close_connection = True
@@ -545,6 +552,24 @@ class FaultProxy(_Base):
         self.body_bytes_per_s = body_bytes_per_s
         self._faults: deque[tuple[str, int]] = deque()
         self._fault_lock = threading.Lock()
+        self._in_flight = 0
+        self._most_in_flight = 0
+
+    def delayed(self, delta: int) -> None:
+        with self._fault_lock:
+            self._in_flight += delta
+            self._most_in_flight = max(self._most_in_flight, self._in_flight)
+
+    def reset_counts(self) -> None:
+        super().reset_counts()
+        with self._fault_lock:
+            self._most_in_flight = self._in_flight
+
+    def most_in_flight(self) -> int:
+        """The most requests the proxy delayed at once (with ``latency_ms``)
+        since the last reset_counts."""
+        with self._fault_lock:
+            return self._most_in_flight
 
     def _queue(self, kind: str, n: int, status: int = 0) -> None:
         with self._fault_lock:

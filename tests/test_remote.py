@@ -161,6 +161,73 @@ def test_loader_over_remote_readers(tmp_path, range_server):
                         np.testing.assert_array_equal(g, want_t[q])
 
 
+class Spread:
+    """Batches of 4 records 70 apart: with coalescing off, 4 requests a step."""
+
+    batch_size = 4
+
+    def __init__(self):
+        self.step = 0
+
+    def next(self):
+        i = (self.step + np.arange(4) * 70) % N
+        self.step += 1
+        return i.astype(np.int64)
+
+
+def test_the_loader_overlaps_the_reads_of_steps_ahead(via_proxy, fault_proxy):
+    want, open_ = via_proxy
+    r = open_(coalesce_gap="0")
+    fault_proxy.latency_ms = 100
+    fault_proxy.reset_counts()
+    with Loader({"x": [r]}, Spread(), workers=1, prefetch=5) as loader:
+        for step in range(12):
+            got = host(next(loader)[0]["x"])
+            np.testing.assert_array_equal(got, want[(step + np.arange(4) * 70) % N])
+    # One worker, yet the requests of several steps waited at the proxy at once:
+    # the steps up to workers + prefetch ahead were begun before the first was
+    # complete. One step at a time would never exceed its 4 requests.
+    assert fault_proxy.most_in_flight() > 8
+
+
+def test_max_concurrency_bounds_a_stores_requests_across_steps(via_proxy, fault_proxy):
+    want, open_ = via_proxy
+    r = open_(coalesce_gap="0", max_concurrency="3")
+    fault_proxy.latency_ms = 30
+    fault_proxy.reset_counts()
+    with Loader({"x": [r]}, Spread(), workers=2, prefetch=6) as loader:
+        for step in range(8):
+            got = host(next(loader)[0]["x"])
+            np.testing.assert_array_equal(got, want[(step + np.arange(4) * 70) % N])
+    assert fault_proxy.most_in_flight() == 3
+
+
+def test_prefetch_starts_a_gather_that_finishes_once(tmp_path, range_server, fault_proxy):
+    want = write_store(tmp_path / "s", "ragged", "zstd")
+    local = Ragged.open(tmp_path / "s")
+    assert local.prefetch(POSITIONS) is None
+    r = Ragged.open(fault_proxy.url + "/s", storage_options=HTTP_STORAGE_OPTIONS)
+    fault_proxy.latency_ms = 200
+    pos = POSITIONS.copy()
+    t0 = time.monotonic()
+    finish = r.prefetch(pos)
+    assert finish is not None
+    assert time.monotonic() - t0 < 0.15  # returned before any response came back
+    pos[:] = 0  # the positions were copied: the caller may reuse its buffer
+    batch = finish()
+    got = [host(t) for t in batch.to_tensors()]
+    for g, p in zip(got, POSITIONS, strict=True):
+        np.testing.assert_array_equal(g, want[p])
+    with pytest.raises(InvalidArgumentError, match="already finished"):
+        finish()
+    with pytest.raises(IndexError):
+        r.prefetch(np.array([N], dtype=np.int64))
+    # Dropped unfinished: its requests are cancelled, and the reader goes on.
+    fault_proxy.latency_ms = 0
+    r.prefetch(POSITIONS)
+    check(r, "ragged", want, POSITIONS)
+
+
 def test_remote_readers_pickle_by_reference(tmp_path, range_server):
     want = write_store(tmp_path / "s", "ragged", "zstd")
     cache = Cache(tmp_path / "cache", max_bytes=1 << 20, block_bytes=4096)
@@ -283,14 +350,17 @@ def test_transient_faults_are_retried(via_proxy, fault_proxy, fault):
 def test_faults_past_the_retries_name_the_url(via_proxy, fault_proxy):
     want, open_ = via_proxy
     r = open_(max_concurrency="1", retries="2")
-    fault_proxy.fail_next(3, 500)
+    # Every attempt fails: the first request to fail three times ends the read.
+    fault_proxy.fail_next(1000, 500)
     with pytest.raises(StorageError, match="failed 3 times") as e:
         r[POSITIONS]
     assert e.value.filename.startswith(fault_proxy.url + "/s/data-")
     # A truncated body after the retries is the same error, never data.
-    fault_proxy.truncate_next(3)
+    fault_proxy.clear_faults()
+    fault_proxy.truncate_next(1000)
     with pytest.raises(StorageError, match="failed 3 times; the last: .*body"):
         r[POSITIONS]
+    fault_proxy.clear_faults()
     check(r, "dense", want, POSITIONS)
 
 

@@ -294,6 +294,9 @@ def exercise_store(nat: Native, root: pathlib.Path, codec: str, dictionary: byte
     assert nat.get(remote, "url") == url
     got = nat.call(remote, "gather_dense", np.array([4, 0, 4], dtype=np.int64), host)
     assert (np.from_dlpack(got) == DENSE[[4, 0, 4]]).all()
+    pending = nat.call(remote, "begin", np.array([2, 5], dtype=np.uint64))
+    got = nat.call(remote, "finish_dense", pending, host)
+    assert (np.from_dlpack(got) == DENSE[[2, 5]]).all()
 
     ragged = nat.call(_native.Store, "open", str(root / "ragged"), checked=True)
     assert nat.get(ragged, "kind") == "ragged" and nat.get(ragged, "ndim") == 1
@@ -303,6 +306,13 @@ def exercise_store(nat: Native, root: pathlib.Path, codec: str, dictionary: byte
     )
     parts = nat.call(values, "_split", cu, shapes)
     assert [np.from_dlpack(p).tolist() for p in parts] == [RECORDS[i].tolist() for i in (9, 1, 4)]
+    url = (root / "uploaded-ragged").as_uri()
+    nat.call(_native, "upload", root / "ragged", url, [])
+    remote = nat.call(_native.Store, "open_url", url, [])
+    pending = nat.call(remote, "begin", np.array([3, 0], dtype=np.int64))
+    values, cu, shapes = nat.call(remote, "finish_ragged", pending, host)
+    parts = nat.call(values, "_split", cu, shapes)
+    assert [np.from_dlpack(p).tolist() for p in parts] == [RECORDS[i].tolist() for i in (3, 0)]
     return batch
 
 
@@ -474,6 +484,7 @@ def test_constants_have_their_annotated_types():
         "MAX_NDIM", "MAX_RECORD_BYTES", "MAX_ATTRS_BYTES", "HEADER_FILE", "INDEX_FILE",
         "ZSTD_LEVEL", "ALIGN", "DEFAULT_IDLE_LIMIT", "DL_CPU", "DL_CUDA", "DL_ROCM",
         "LOADERX_STORAGE_OPTIONS", "DEFAULT_CACHE_BLOCK_BYTES", "DEFAULT_CACHE_MAX_BYTES",
+        "DEFAULT_MAX_CONCURRENCY",
     }  # fmt: skip
     for name, annotation in constants.items():
         assert mismatch(getattr(_native, name), annotation, STUB, None) == "", name

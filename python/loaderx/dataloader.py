@@ -30,6 +30,7 @@ import os
 import sys
 import threading
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Generic, NoReturn, TypeAlias, TypeVar, cast, overload
 
@@ -42,6 +43,7 @@ from .protocols import (
     ConfiguredSampler,
     IndexSampler,
     Positions,
+    PrefetchingReader,
     Reader,
     SeekableSampler,
     SizedSampler,
@@ -388,6 +390,9 @@ class _Streams(Generic[B]):
             lists.append(cast("list[Reader[B]]", bindings))
         assert width is not None and length is not None
         self.names, self.lists, self.width, self.length = names, lists, width, length
+        self.prefetching = [
+            [isinstance(r, PrefetchingReader) for r in readers] for readers in lists
+        ]
         self.stores: list[list[int | str | None]] = [
             [_store_identity(r, f"stream {n!r} binding {i}") for i, r in enumerate(readers)]
             for n, readers in zip(names, lists, strict=True)
@@ -441,6 +446,34 @@ class _Streams(Generic[B]):
                     )
 
 
+class _Later(Generic[B]):
+    """A binding's batch that a prefetching reader is still reading."""
+
+    __slots__ = ("wait",)
+
+    def __init__(self, wait: Callable[[], B]) -> None:
+        self.wait = wait
+
+
+# A begun step: per binding, per stream, the batch or what waits for it.
+_Parts: TypeAlias = "list[dict[str, B | _Later[B]]]"
+
+
+class _Begun(Generic[B]):
+    """A step drawn and begun under the draw lock, not yet completed."""
+
+    __slots__ = ("error", "info", "parts", "step")
+
+    def __init__(
+        self,
+        step: int,
+        parts: _Parts[B] | None = None,
+        info: StepInfo | None = None,
+        error: BaseException | None = None,
+    ) -> None:
+        self.step, self.parts, self.info, self.error = step, parts, info, error
+
+
 class _Step(Generic[T]):
     """A finished step: its result or the exception it raised."""
 
@@ -483,6 +516,8 @@ class _Pipeline(Generic[B, T]):
         self.claimed = 0  # next step a worker will draw
         self.delivered = 0  # next step the consumer receives
         self.done: dict[int, _Step[T]] = {}
+        # Steps begun and not yet taken by a worker; only touched under `draw`.
+        self.begun: deque[_Begun[B]] = deque()
         self.threads: list[threading.Thread] = []
         self.started = False
         self.closed = False
@@ -491,8 +526,10 @@ class _Pipeline(Generic[B, T]):
 
     # -- one step ---------------------------------------------------------------
 
-    def gather(self, step: int, drawn: object) -> tuple[Shards[B], StepInfo | None]:
-        """The step's shards, and its StepInfo when the transform takes one."""
+    def begin(self, step: int, drawn: object) -> tuple[_Parts[B], StepInfo | None, bool]:
+        """The step's shards, as batches or as reads still under way, its
+        StepInfo when the transform takes one, and whether any read is under way.
+        Everything that needs the sampler's buffer happens here."""
         idx: npt.NDArray[np.generic] = np.asarray(drawn)
         if idx.ndim != 1:
             raise InvalidArgumentError(
@@ -515,13 +552,24 @@ class _Pipeline(Generic[B, T]):
         offset = self.process_index * local
         positions = cast("Positions", idx[offset : offset + local])
         per = local // k
-        shards = [
-            {
-                name: readers[i].gather(positions[i * per : (i + 1) * per])
-                for name, readers in zip(self.streams.names, self.streams.lists, strict=True)
-            }
-            for i in range(k)
-        ]
+        parts: _Parts[B] = []
+        waits = False
+        streams = self.streams
+        for i in range(k):
+            shard: dict[str, B | _Later[B]] = {}
+            for name, readers, prefetching in zip(
+                streams.names, streams.lists, streams.prefetching, strict=True
+            ):
+                pos = positions[i * per : (i + 1) * per]
+                later = None
+                if prefetching[i]:
+                    later = cast("PrefetchingReader[B]", readers[i]).prefetch(pos)
+                if later is None:
+                    shard[name] = readers[i].gather(pos)
+                else:
+                    shard[name] = _Later(later)
+                    waits = True
+            parts.append(shard)
         info = None
         if self.with_step:
             # A copy: the sampler overwrites its buffer at the next draw, which may
@@ -537,7 +585,18 @@ class _Pipeline(Generic[B, T]):
                 process_index=self.process_index,
                 process_count=n,
             )
-        return shards, info
+        return parts, info, waits
+
+    @staticmethod
+    def complete(parts: _Parts[B]) -> Shards[B]:
+        """The shards, once every read a step began is in."""
+        shards: Shards[B] = []
+        for part in parts:
+            shard: dict[str, B] = {}
+            for name, v in part.items():
+                shard[name] = cast("_Later[B]", v).wait() if isinstance(v, _Later) else v
+            shards.append(shard)
+        return shards
 
     def finish(self, shards: Shards[B], info: StepInfo | None) -> T:
         if self.transform is None:
@@ -560,40 +619,55 @@ class _Pipeline(Generic[B, T]):
     def work(self) -> None:
         limit = self.workers + self.prefetch
         while True:
-            # Draw and gather under one lock, transform outside it. The gather is
-            # parallel inside, so concurrent gathers would only compete for the same
-            # cores, and the gather reads the sampler's reused buffer without a copy
-            # before the next draw overwrites it.
-            shards: Shards[B] | None = None
-            info: StepInfo | None = None
-            result: _Step[T] | None = None
+            # Draw and begin under one lock, complete and transform outside it. A
+            # local gather is parallel inside, so concurrent gathers would only
+            # compete for the same cores, and the gather reads the sampler's
+            # reused buffer without a copy before the next draw overwrites it.
+            # Reads that wait (a remote store's) are begun for every step the
+            # bound allows, so that their waits overlap.
             with self.draw:
                 with self.cond:
-                    while not self.closed and self.claimed - self.delivered >= limit:
+                    while (
+                        not self.closed
+                        and not self.begun
+                        and self.claimed - self.delivered >= limit
+                    ):
                         self.cond.wait(_POLL)
                     if self.closed or self.failed is not None:
                         return
-                    step = self.claimed
-                    self.claimed += 1
+                while True:
+                    with self.cond:
+                        if self.claimed - self.delivered >= limit:
+                            break
+                        step = self.claimed
+                        self.claimed += 1
+                    try:
+                        parts, info, waits = self.begin(step, self.sampler.next())
+                    except BaseException as e:  # noqa: BLE001 - delivered to the consumer
+                        self.begun.append(_Begun(step, error=e))
+                        break
+                    self.begun.append(_Begun(step, parts, info))
+                    if not waits:
+                        break
+                item = self.begun.popleft()
+            result: _Step[T]
+            if item.error is not None:
+                result = _Step(error=item.error)
+            else:
+                assert item.parts is not None
                 try:
-                    shards, info = self.gather(step, self.sampler.next())
+                    result = _Step(self.finish(self.complete(item.parts), item.info))
                 except BaseException as e:  # noqa: BLE001 - delivered to the consumer
                     result = _Step(error=e)
-            if shards is not None:
-                try:
-                    result = _Step(self.finish(shards, info))
-                except BaseException as e:  # noqa: BLE001 - delivered to the consumer
-                    result = _Step(error=e)
-            assert result is not None
             failed = result.error is not None
             with self.cond:
                 if self.closed:
                     return
-                self.done[step] = result
+                self.done[item.step] = result
                 self.cond.notify_all()
             # Drop this thread's references before waiting for the next claim, or a
             # batch the consumer already discarded would stay alive past the bound.
-            del result, shards, info
+            del result, item
             if failed:
                 return
 
@@ -625,7 +699,8 @@ class _Pipeline(Generic[B, T]):
             with self.draw:
                 self.check_open()
                 try:
-                    out = self.finish(*self.gather(self.delivered, self.sampler.next()))
+                    parts, info, _ = self.begin(self.delivered, self.sampler.next())
+                    out = self.finish(self.complete(parts), info)
                 except BaseException as e:
                     self.failed = e
                     raise
@@ -666,6 +741,8 @@ class _Pipeline(Generic[B, T]):
             return
         for t in threads:
             t.join()
+        # Reads begun and never completed are dropped, which cancels their requests.
+        self.begun.clear()
         with self.cond:
             self.threads = [t for t in self.threads if t.is_alive()]
 
@@ -675,6 +752,7 @@ class _Pipeline(Generic[B, T]):
         self.draw = threading.Lock()
         self.threads = []
         self.done.clear()
+        self.begun.clear()
 
 
 def _close_started_pipelines() -> None:

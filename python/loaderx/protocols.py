@@ -9,6 +9,7 @@ the Loader needs them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol, TypeVar, runtime_checkable
 
 import numpy as np
@@ -18,6 +19,7 @@ __all__ = [
     "ConfiguredSampler",
     "IndexSampler",
     "Positions",
+    "PrefetchingReader",
     "Reader",
     "SeekableSampler",
     "SizedSampler",
@@ -45,6 +47,24 @@ class Reader(Protocol[Batch_co]):
     def __len__(self) -> int: ...
 
     def gather(self, positions: Positions, /) -> Batch_co: ...
+
+
+@runtime_checkable
+class PrefetchingReader(Reader[Batch_co], Protocol):
+    """A reader that can start a gather before its batch is needed.
+
+    ``prefetch(positions)`` starts reading the records (a remote store sends its
+    requests) and returns at once: either a function that waits for them and
+    returns the batch ``gather(positions)`` would, or None when the reader has
+    nothing to wait for (a local store), and then the Loader calls ``gather``.
+    It copies what it needs of `positions` before it returns, since they may be
+    a view of the sampler's buffer.
+
+    When a step's readers return functions, a Loader worker begins the following
+    steps too, up to ``workers + prefetch`` steps ahead of the consumer, so that
+    their reads wait at the same time instead of one after another."""
+
+    def prefetch(self, positions: Positions, /) -> Callable[[], Batch_co] | None: ...
 
 
 @runtime_checkable

@@ -14,6 +14,7 @@ not an identity.
 
 from __future__ import annotations
 
+import functools
 import io
 import mmap
 import numbers
@@ -495,6 +496,21 @@ class _Reader(ABC, Generic[_BatchT]):
     @abstractmethod
     def _many(self, store: _native.Store, pos: Positions) -> _BatchT: ...
 
+    @abstractmethod
+    def _finish(self, store: _native.Store, pending: _native.PendingGather) -> _BatchT: ...
+
+    def prefetch(self, positions: Positions) -> Callable[[], _BatchT] | None:
+        """Starts the gather of `positions` and returns at once. A remote store
+        sends its requests (or reads its cache) in the background and returns a
+        function that waits for them and returns the batch ``gather(positions)``
+        would; a local store has nothing to wait for and returns None. The
+        Loader uses it to overlap the reads of the steps ahead of the consumer;
+        dropping the function unfinished cancels the requests."""
+        if self._remote is None:
+            return None
+        store = self._store()
+        return functools.partial(self._finish, store, store.begin(positions))
+
     @property
     def url(self) -> str | None:
         """The URL a remote store was opened from; None for a local store."""
@@ -845,6 +861,9 @@ class Dense(_Reader[DLTensor]):
     def _many(self, store: _native.Store, pos: Positions) -> DLTensor:
         return store.gather_dense(pos, self._native_allocator())
 
+    def _finish(self, store: _native.Store, pending: _native.PendingGather) -> DLTensor:
+        return store.finish_dense(pending, self._native_allocator())
+
     def gather(self, positions: Positions) -> DLTensor:
         """Batch read of a contiguous 1-D int64/uint64 position array, without
         the dispatch of ``__getitem__``: the loader's hot path."""
@@ -1122,6 +1141,10 @@ class Ragged(_Reader[RaggedBatch]):
 
     def _many(self, store: _native.Store, pos: Positions) -> RaggedBatch:
         gathered = store.gather_ragged(pos, self._native_allocator())
+        return RaggedBatch._trusted(*gathered)  # pyright: ignore[reportPrivateUsage]
+
+    def _finish(self, store: _native.Store, pending: _native.PendingGather) -> RaggedBatch:
+        gathered = store.finish_ragged(pending, self._native_allocator())
         return RaggedBatch._trusted(*gathered)  # pyright: ignore[reportPrivateUsage]
 
     def gather(self, positions: Positions) -> RaggedBatch:

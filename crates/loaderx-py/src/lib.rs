@@ -41,6 +41,10 @@ fn constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
         loaderx_remote::DEFAULT_CACHE_BLOCK_BYTES,
     )?;
     m.add(
+        "DEFAULT_MAX_CONCURRENCY",
+        loaderx_remote::DEFAULT_MAX_CONCURRENCY,
+    )?;
+    m.add(
         "DEFAULT_CACHE_MAX_BYTES",
         loaderx_remote::DEFAULT_CACHE_MAX_BYTES,
     )?;
@@ -52,6 +56,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     constants(m)?;
     m.add_class::<dlpack::DLTensor>()?;
     m.add_class::<store::PyStore>()?;
+    m.add_class::<store::PyPending>()?;
     m.add_class::<store::PyWriter>()?;
     m.add_class::<allocator::PyPlacement>()?;
     m.add_class::<allocator::Allocation>()?;

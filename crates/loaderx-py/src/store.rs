@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use loaderx_gather::{gather, Block, Placement, THREADS};
-use loaderx_remote::{Cache, RemoteStore};
+use loaderx_remote::{Cache, Pending, RemoteStore};
 use numpy::{
     PyArray1, PyArrayDescrMethods, PyReadonlyArray1, PyUntypedArray, PyUntypedArrayMethods,
 };
@@ -20,7 +20,7 @@ use zrecord::{
 
 use crate::allocator::PyPlacement;
 use crate::dlpack::{typed, DLTensor, Memory};
-use crate::errors::IntoPy;
+use crate::errors::{invalid_argument, IntoPy};
 
 fn parse_dtype(name: &str) -> PyResult<DType> {
     DType::from_name(name).ok_or_else(|| PyValueError::new_err(format!("unsupported dtype {name}")))
@@ -128,12 +128,77 @@ impl PyStore {
         shape: Vec<i64>,
         allocator: &PyPlacement,
     ) -> PyResult<DLTensor> {
-        if self.store().schema().kind != Kind::Dense {
-            return Err(PyTypeError::new_err("a Dense gather on a Ragged store"));
-        }
+        self.check_kind(Kind::Dense)?;
         let (block, _) = self.records(py, idx, allocator.placement())?;
         Ok(DLTensor::pooled(block, shape, self.store().schema().dtype))
     }
+
+    fn check_kind(&self, want: Kind) -> PyResult<()> {
+        match (self.store().schema().kind, want) {
+            (Kind::Dense, Kind::Dense) | (Kind::Ragged, Kind::Ragged) => Ok(()),
+            (_, Kind::Dense) => Err(PyTypeError::new_err("a Dense gather on a Ragged store")),
+            _ => Err(PyTypeError::new_err("a Ragged gather on a Dense store")),
+        }
+    }
+
+    /// A Ragged gather's block as `(values, cu_seqlens, shapes)`.
+    fn ragged(
+        &self,
+        block: Block,
+        layout: Option<RaggedLayout>,
+    ) -> PyResult<(DLTensor, DLTensor, DLTensor)> {
+        let layout =
+            layout.ok_or_else(|| PyTypeError::new_err("a Ragged gather on a Dense store"))?;
+        let block = Arc::new(Memory::Pooled(block));
+        let dtype = self.store().schema().dtype;
+        let n = layout.records as i64;
+        Ok((
+            DLTensor::new(block.clone(), 0, vec![layout.elements as i64], dtype),
+            DLTensor::new(block.clone(), layout.cu_offset, vec![n + 1], DType::I32),
+            DLTensor::new(
+                block,
+                layout.shapes_offset,
+                vec![n, layout.ndim as i64],
+                DType::U64,
+            ),
+        ))
+    }
+
+    fn remote(&self) -> PyResult<&Arc<RemoteStore>> {
+        match &self.backend {
+            Backend::Remote(r) => Ok(r),
+            Backend::Local(_) => Err(invalid_argument(
+                "a local store gathers at once; only a remote store begins a gather".into(),
+            )),
+        }
+    }
+
+    /// A begun gather's block, once its bytes are in, with the GIL released.
+    fn finish(
+        &self,
+        py: Python<'_>,
+        pending: &PyPending,
+        placement: &Placement,
+    ) -> PyResult<(usize, Block, Option<RaggedLayout>)> {
+        let remote = self.remote()?;
+        let p = pending
+            .inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or_else(|| invalid_argument("this gather was already finished".into()))?;
+        let n = p.len();
+        let (block, layout) = py.detach(|| remote.finish(p, placement)).py_err()?;
+        Ok((n, block, layout))
+    }
+}
+
+/// A gather begun on a remote store (`Store.begin`): its records' bytes are on
+/// their way. `Store.finish_dense` / `finish_ragged` take it once; dropping it
+/// unfinished cancels its requests.
+#[pyclass(module = "loaderx._native", name = "PendingGather", frozen)]
+pub struct PyPending {
+    inner: Mutex<Option<Pending>>,
 }
 
 #[pymethods]
@@ -291,23 +356,48 @@ impl PyStore {
         idx: &Bound<'_, PyAny>,
         allocator: PyRef<'_, PyPlacement>,
     ) -> PyResult<(DLTensor, DLTensor, DLTensor)> {
+        self.check_kind(Kind::Ragged)?;
         let idx = positions(idx)?;
         let (block, layout) = self.records(py, &idx, allocator.placement())?;
-        let layout =
-            layout.ok_or_else(|| PyTypeError::new_err("a Ragged gather on a Dense store"))?;
-        let block = Arc::new(Memory::Pooled(block));
-        let dtype = self.store().schema().dtype;
-        let n = layout.records as i64;
-        Ok((
-            DLTensor::new(block.clone(), 0, vec![layout.elements as i64], dtype),
-            DLTensor::new(block.clone(), layout.cu_offset, vec![n + 1], DType::I32),
-            DLTensor::new(
-                block,
-                layout.shapes_offset,
-                vec![n, layout.ndim as i64],
-                DType::U64,
-            ),
-        ))
+        self.ragged(block, layout)
+    }
+
+    /// Starts a remote store's gather of the records at `idx` and returns at
+    /// once: the records' bytes are fetched (or read from the cache) while the
+    /// caller goes on. Positions are checked here.
+    fn begin(&self, py: Python<'_>, idx: &Bound<'_, PyAny>) -> PyResult<PyPending> {
+        let remote = self.remote()?;
+        let idx = positions(idx)?;
+        let pending = py.detach(|| remote.begin(&idx)).py_err()?;
+        Ok(PyPending {
+            inner: Mutex::new(Some(pending)),
+        })
+    }
+
+    /// A begun Dense gather as one `(n, *item_shape)` tensor.
+    fn finish_dense(
+        &self,
+        py: Python<'_>,
+        pending: PyRef<'_, PyPending>,
+        allocator: PyRef<'_, PyPlacement>,
+    ) -> PyResult<DLTensor> {
+        self.check_kind(Kind::Dense)?;
+        let (n, block, _) = self.finish(py, &pending, allocator.placement())?;
+        let mut shape = vec![n as i64];
+        shape.extend(self.store().schema().item_shape.iter().map(|&d| d as i64));
+        Ok(DLTensor::pooled(block, shape, self.store().schema().dtype))
+    }
+
+    /// A begun Ragged gather as `(values, cu_seqlens, shapes)`.
+    fn finish_ragged(
+        &self,
+        py: Python<'_>,
+        pending: PyRef<'_, PyPending>,
+        allocator: PyRef<'_, PyPlacement>,
+    ) -> PyResult<(DLTensor, DLTensor, DLTensor)> {
+        self.check_kind(Kind::Ragged)?;
+        let (_, block, layout) = self.finish(py, &pending, allocator.placement())?;
+        self.ragged(block, layout)
     }
 
     /// Checks every record's checksum and decoding.

@@ -15,7 +15,9 @@
 //! time, refreshed on use) once the directory holds more than its limit.
 
 use std::fs;
-use std::io::{Read, Write};
+use std::io::Write;
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -107,29 +109,47 @@ impl Cache {
         self.store_dir(store).join(file).join(block.to_string())
     }
 
-    /// Block `block` of `file` of the store whose header checksum is `store`, if
-    /// the cache holds it whole: exactly `len` bytes.
-    pub(crate) fn get(&self, store: u64, file: &str, block: u64, len: u64) -> Option<Bytes> {
-        self.get_file(&self.block_path(store, file, block), len)
+    /// Bytes `ranges` (each within the block) of block `block` of `file` of the
+    /// store whose header checksum is `store`, if the cache holds the block
+    /// whole: exactly `len` bytes. Only the ranges are read, so a small record
+    /// costs no more than its own bytes however large the block.
+    pub(crate) fn read(
+        &self,
+        store: u64,
+        file: &str,
+        block: u64,
+        len: u64,
+        ranges: &[Range<u64>],
+    ) -> Option<Vec<Bytes>> {
+        self.read_file(&self.block_path(store, file, block), len, ranges)
     }
 
     /// A small file of the store (its index, say), if the cache holds `len` bytes.
     pub(crate) fn get_small(&self, store: u64, file: &str, len: u64) -> Option<Bytes> {
-        self.get_file(&self.store_dir(store).join(file).join("whole"), len)
+        let path = self.store_dir(store).join(file).join("whole");
+        self.read_file(&path, len, std::slice::from_ref(&(0..len)))?
+            .pop()
     }
 
-    fn get_file(&self, path: &Path, len: u64) -> Option<Bytes> {
-        let mut f = fs::File::open(path).ok()?;
+    fn read_file(&self, path: &Path, len: u64, ranges: &[Range<u64>]) -> Option<Vec<Bytes>> {
+        if ranges.iter().any(|r| r.start > r.end || r.end > len) {
+            return None;
+        }
+        let f = fs::File::open(path).ok()?;
         let meta = f.metadata().ok()?;
         if meta.len() != len {
             let _ = fs::remove_file(path);
             return None;
         }
-        let mut buf = Vec::new();
-        buf.try_reserve_exact(len as usize).ok()?;
-        f.read_to_end(&mut buf).ok()?;
-        if buf.len() as u64 != len {
-            return None;
+        let mut out = Vec::with_capacity(ranges.len());
+        for r in ranges {
+            let want = usize::try_from(r.end - r.start).ok()?;
+            let mut buf = Vec::new();
+            buf.try_reserve_exact(want).ok()?;
+            buf.resize(want, 0);
+            // A block replaced or cut short meanwhile reads short: a miss.
+            f.read_exact_at(&mut buf, r.start).ok()?;
+            out.push(Bytes::from(buf));
         }
         if meta
             .modified()
@@ -139,7 +159,7 @@ impl Cache {
         {
             let _ = f.set_modified(SystemTime::now());
         }
-        Some(Bytes::from(buf))
+        Some(out)
     }
 
     /// Stores a block. Failures (a full disk, a removed directory) only cost the
@@ -242,6 +262,7 @@ impl Cache {
 static TEMP_SEQ: AtomicU64 = AtomicU64::new(0);
 
 #[cfg(test)]
+#[allow(clippy::single_range_in_vec_init)] // one range is a case to test
 mod tests {
     use super::*;
 
@@ -251,13 +272,27 @@ mod tests {
         let c = Cache::open(d.path(), 1 << 20, 16).unwrap();
         c.put(7, "data-000.bin", 3, b"0123456789abcdef");
         assert_eq!(
-            c.get(7, "data-000.bin", 3, 16).as_deref(),
-            Some(&b"0123456789abcdef"[..])
+            c.read(7, "data-000.bin", 3, 16, &[0..16, 5..9, 2..2]),
+            Some(vec![
+                Bytes::from_static(b"0123456789abcdef"),
+                Bytes::from_static(b"5678"),
+                Bytes::new()
+            ])
         );
-        assert!(c.get(8, "data-000.bin", 3, 16).is_none(), "another store");
-        assert!(c.get(7, "data-000.bin", 3, 15).is_none(), "another length");
         assert!(
-            c.get(7, "data-000.bin", 3, 16).is_none(),
+            c.read(7, "data-000.bin", 3, 16, &[0..1, 9..17]).is_none(),
+            "past the block"
+        );
+        assert!(
+            c.read(8, "data-000.bin", 3, 16, &[0..16]).is_none(),
+            "another store"
+        );
+        assert!(
+            c.read(7, "data-000.bin", 3, 15, &[0..15]).is_none(),
+            "another length"
+        );
+        assert!(
+            c.read(7, "data-000.bin", 3, 16, &[0..16]).is_none(),
             "the bad block is gone"
         );
     }
@@ -277,7 +312,7 @@ mod tests {
         }
         c.put(1, "data-000.bin", 10, &[10; 10]);
         let left: Vec<u64> = (0..11)
-            .filter(|&b| c.get(1, "data-000.bin", b, 10).is_some())
+            .filter(|&b| c.read(1, "data-000.bin", b, 10, &[0..10]).is_some())
             .collect();
         assert_eq!(left, (2..11).collect::<Vec<_>>());
     }

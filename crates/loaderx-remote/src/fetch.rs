@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::{StreamExt, TryStreamExt};
 use object_store::{ObjectStore, ObjectStoreExt};
+use tokio::sync::Semaphore;
 use zrecord::{Entry, Payload};
 
 use crate::error::{Error, Result};
@@ -18,7 +18,8 @@ use crate::location::Location;
 /// How a remote store fetches. Each field is a storage option of the same name.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FetchOptions {
-    /// Most requests in flight at once for one gather.
+    /// Most requests in flight at once for one opened store, shared by all its
+    /// gathers, including those the Loader starts ahead of time.
     pub max_concurrency: usize,
     /// Two ranges of one file this close (in bytes) are fetched by one request,
     /// the bytes between them included.
@@ -35,13 +36,18 @@ pub struct FetchOptions {
     pub request_timeout: Duration,
 }
 
+/// Requests in flight per store unless the caller says otherwise: enough to keep
+/// a server busy through 50 ms of round trip at several hundred requests a
+/// second (docs/benchmarks.md), few enough that no object store throttles it.
+pub const DEFAULT_MAX_CONCURRENCY: usize = 64;
+
 /// The longest wait between two attempts.
 pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
 impl Default for FetchOptions {
     fn default() -> Self {
         FetchOptions {
-            max_concurrency: 16,
+            max_concurrency: DEFAULT_MAX_CONCURRENCY,
             coalesce_gap: 64 << 10,
             max_request_bytes: 8 << 20,
             retries: 5,
@@ -217,6 +223,7 @@ impl Payload for Spans {
 /// throttling, timeouts and broken connections may; a missing object, a
 /// refused credential or a malformed request will not.
 fn transient(e: &object_store::Error) -> bool {
+    use object_store::client::HttpErrorKind as K;
     use object_store::Error as E;
     match e {
         E::NotFound { .. }
@@ -229,28 +236,38 @@ fn transient(e: &object_store::Error) -> bool {
         | E::Precondition { .. }
         | E::NotModified { .. }
         | E::AlreadyExists { .. } => false,
-        // object_store keeps the HTTP status in an error type it does not
-        // export; its message says "status code: NNN".
         E::Generic { source, .. } => {
-            let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(source.as_ref());
-            while let Some(err) = cur {
-                // A request the client refuses to build (plain http without
-                // allow_http, a bad header) fails the same way every time.
-                if err
-                    .downcast_ref::<reqwest::Error>()
+            let chain = || {
+                std::iter::successors(
+                    Some(source.as_ref() as &(dyn std::error::Error + 'static)),
+                    |e| e.source(),
+                )
+            };
+            // A request the client refuses to build (plain http without
+            // allow_http, a bad header) fails the same way every time.
+            if chain().any(|e| {
+                e.downcast_ref::<reqwest::Error>()
                     .is_some_and(reqwest::Error::is_builder)
-                {
-                    return false;
+            }) {
+                return false;
+            }
+            for err in chain() {
+                // No response at all: the connection, the request or the body
+                // failed or timed out.
+                if let Some(h) = err.downcast_ref::<object_store::client::HttpError>() {
+                    return !matches!(h.kind(), K::Unknown);
                 }
-                let text = err.to_string();
-                if let Some(code) = text
+                // A response with an error status. object_store keeps the status
+                // in a type it does not export and says "status code: NNN"; the
+                // fault tests (a 503 retried, a 403 not) pin that wording.
+                if let Some(code) = err
+                    .to_string()
                     .split_once("status code: ")
                     .and_then(|(_, rest)| rest.get(..3))
                     .and_then(|c| c.parse::<u16>().ok())
                 {
                     return !(400..500).contains(&code) || code == 408 || code == 429;
                 }
-                cur = err.source();
             }
             true
         }
@@ -289,72 +306,111 @@ async fn attempt(
     }
 }
 
-/// `range` of the store's file `name`, retried as `opts` says.
-pub(crate) async fn get_range(
-    client: &Arc<dyn ObjectStore>,
-    loc: &Location,
-    name: &str,
-    range: Range<u64>,
-    opts: &FetchOptions,
-) -> Result<Bytes> {
-    let path = loc.path_of(name);
-    let mut wait = opts.retry_backoff;
-    let mut tries = 0u32;
-    loop {
-        match attempt(client, &path, range.clone(), opts.request_timeout).await {
-            Ok(b) => return Ok(b),
-            Err(Failure::Permanent(object_store::Error::NotFound { .. })) => {
-                return Err(Error::Storage {
-                    url: loc.url_of(name),
-                    msg: "the object does not exist (the store is incomplete or was removed)"
-                        .into(),
-                })
-            }
-            Err(Failure::Permanent(e)) => {
-                return Err(Error::Storage {
-                    url: loc.url_of(name),
-                    msg: format!("reading bytes {}..{} failed: {e}", range.start, range.end),
-                })
-            }
-            Err(Failure::Transient(msg)) if tries >= opts.retries => {
-                return Err(Error::Storage {
-                    url: loc.url_of(name),
-                    msg: format!(
-                        "reading bytes {}..{} failed {} times; the last: {msg}",
-                        range.start,
-                        range.end,
-                        tries + 1
-                    ),
-                })
-            }
-            Err(Failure::Transient(_)) => {
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(MAX_BACKOFF);
-                tries += 1;
+/// What reads one store's files: its client, where the store is, how to fetch,
+/// and the store's budget of requests in flight. A process makes its own (see
+/// `RemoteStore`): connections and waiting requests belong to the process that
+/// made them.
+pub(crate) struct Fetcher {
+    client: Arc<dyn ObjectStore>,
+    loc: Location,
+    opts: FetchOptions,
+    permits: Semaphore,
+}
+
+impl Fetcher {
+    pub fn new(loc: &Location, opts: &FetchOptions) -> Result<Fetcher> {
+        Ok(Fetcher {
+            client: loc.client(0)?,
+            loc: loc.clone(),
+            opts: opts.clone(),
+            permits: Semaphore::new(opts.max_concurrency),
+        })
+    }
+
+    pub fn loc(&self) -> &Location {
+        &self.loc
+    }
+
+    pub fn opts(&self) -> &FetchOptions {
+        &self.opts
+    }
+
+    /// `range` of the store's file `name`, retried as the options say. Each
+    /// attempt holds one of the store's permits; a retry's wait holds none.
+    pub async fn get_range(&self, name: &str, range: Range<u64>) -> Result<Bytes> {
+        let (loc, opts) = (&self.loc, &self.opts);
+        let path = loc.path_of(name);
+        let mut wait = opts.retry_backoff;
+        let mut tries = 0u32;
+        loop {
+            let result = {
+                let _permit = self.permits.acquire().await.map_err(|_| {
+                    zrecord::Error::Internal("the request budget was closed".into())
+                })?;
+                attempt(&self.client, &path, range.clone(), opts.request_timeout).await
+            };
+            match result {
+                Ok(b) => return Ok(b),
+                Err(Failure::Permanent(object_store::Error::NotFound { .. })) => {
+                    return Err(Error::Storage {
+                        url: loc.url_of(name),
+                        msg: "the object does not exist (the store is incomplete or was removed)"
+                            .into(),
+                    })
+                }
+                Err(Failure::Permanent(e)) => {
+                    return Err(Error::Storage {
+                        url: loc.url_of(name),
+                        msg: format!("reading bytes {}..{} failed: {e}", range.start, range.end),
+                    })
+                }
+                Err(Failure::Transient(msg)) if tries >= opts.retries => {
+                    return Err(Error::Storage {
+                        url: loc.url_of(name),
+                        msg: format!(
+                            "reading bytes {}..{} failed {} times; the last: {msg}",
+                            range.start,
+                            range.end,
+                            tries + 1
+                        ),
+                    })
+                }
+                Err(Failure::Transient(_)) => {
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(MAX_BACKOFF);
+                    tries += 1;
+                }
             }
         }
     }
+
+    /// Runs `requests` against the store's data files, as many at once as the
+    /// store's permits allow, and returns each one's bytes in order.
+    pub async fn fetch_all(&self, requests: &[Request]) -> Result<Vec<Bytes>> {
+        futures::future::try_join_all(requests.iter().map(|r| {
+            let name = zrecord::data_file(r.shard);
+            async move { self.get_range(&name, r.range.clone()).await }
+        }))
+        .await
+    }
+
+    /// The size of the store's file `name`, retried as a range read is. `None`
+    /// when it does not exist.
+    pub async fn size_of(&self, name: &str) -> Result<Option<u64>> {
+        size_of(&self.client, &self.loc, name, &self.opts).await
+    }
+
+    /// The whole store file `name`, whose size the header gives.
+    pub async fn whole(&self, name: &str, size: u64) -> Result<Bytes> {
+        if size == 0 {
+            return Ok(Bytes::new());
+        }
+        self.get_range(name, 0..size).await
+    }
 }
 
-/// Runs `requests` against the store's data files, at most
-/// `opts.max_concurrency` at once, and returns each one's bytes in order.
-pub(crate) async fn fetch_all(
-    client: &Arc<dyn ObjectStore>,
-    loc: &Location,
-    requests: &[Request],
-    opts: &FetchOptions,
-) -> Result<Vec<Bytes>> {
-    futures::stream::iter(requests.iter().map(|r| {
-        let name = zrecord::data_file(r.shard);
-        async move { get_range(client, loc, &name, r.range.clone(), opts).await }
-    }))
-    .buffered(opts.max_concurrency)
-    .try_collect()
-    .await
-}
-
-/// The size of the store's file `name`, retried as a range read is. `None`
-/// when it does not exist.
+/// The size of the store's file `name` through `client`, retried as a range read
+/// is. `None` when it does not exist.
 pub(crate) async fn size_of(
     client: &Arc<dyn ObjectStore>,
     loc: &Location,
@@ -391,20 +447,6 @@ pub(crate) async fn size_of(
         wait = (wait * 2).min(MAX_BACKOFF);
         tries += 1;
     }
-}
-
-/// The whole store file `name`, whose size the header gives.
-pub(crate) async fn whole(
-    client: &Arc<dyn ObjectStore>,
-    loc: &Location,
-    name: &str,
-    size: u64,
-    opts: &FetchOptions,
-) -> Result<Bytes> {
-    if size == 0 {
-        return Ok(Bytes::new());
-    }
-    get_range(client, loc, name, 0..size, opts).await
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ mod upload;
 
 pub use cache::{Cache, DEFAULT_CACHE_BLOCK_BYTES, DEFAULT_CACHE_MAX_BYTES};
 pub use error::{Error, Result};
-pub use fetch::FetchOptions;
+pub use fetch::{FetchOptions, DEFAULT_MAX_CONCURRENCY};
 pub use location::{is_url, Location, LOADERX_OPTIONS};
-pub use store::RemoteStore;
+pub use store::{Pending, RemoteStore};
 pub use upload::upload;

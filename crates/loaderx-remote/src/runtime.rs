@@ -46,6 +46,15 @@ fn runtime() -> Result<Arc<Runtime>> {
     Ok(rt)
 }
 
+/// Starts `fut` on the process's runtime and returns at once; awaiting (or
+/// [`block_on`]) the handle gives its result. A panic inside becomes an
+/// internal error when the handle is awaited.
+pub(crate) fn spawn<T: Send + 'static>(
+    fut: impl Future<Output = Result<T>> + Send + 'static,
+) -> Result<tokio::task::JoinHandle<Result<T>>> {
+    Ok(runtime()?.spawn(fut))
+}
+
 /// Runs `fut` to completion on the process's runtime from the calling thread.
 /// A panic inside becomes an internal error rather than crossing into the caller.
 pub(crate) fn block_on<T>(fut: impl Future<Output = Result<T>>) -> Result<T> {

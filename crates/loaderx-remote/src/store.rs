@@ -1,21 +1,21 @@
 //! A store read from object storage.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use futures::{StreamExt, TryStreamExt};
 use loaderx_gather::{Block, Placement, THREADS};
-use object_store::ObjectStore;
+use tokio::task::JoinHandle;
 use xxhash_rust::xxh3::xxh3_64;
 use zrecord::{data_file, Entry, Parallel, Parts, RaggedLayout, ReadOptions, Store};
 
 use crate::cache::Cache;
 use crate::error::{Error, Result};
-use crate::fetch::{self, plan_requests, FetchOptions, Request, Spans};
+use crate::fetch::{plan_requests, FetchOptions, Fetcher, Request, Spans};
 use crate::location::Location;
-use crate::runtime::{block_on, pid};
+use crate::runtime::{block_on, pid, spawn};
 
 /// Most records whose entries a verify resolves at once, and about how many
 /// stored bytes it fetches before checking them: verify streams the data files
@@ -24,19 +24,68 @@ const VERIFY_RECORDS: u64 = 1 << 16;
 const VERIFY_BYTES: u64 = 64 << 20;
 
 /// An opened remote store: its small files read and checked, its data files'
-/// sizes checked, and a client to fetch records with.
+/// sizes checked, and what fetches its records.
 pub struct RemoteStore {
     loc: Location,
     opts: FetchOptions,
-    /// The client and the process that made it: a forked child makes its own,
-    /// since the parent's connections belong to the parent's runtime.
-    client: Mutex<(u32, Arc<dyn ObjectStore>)>,
+    /// The fetcher and the process that made it: a forked child makes its own,
+    /// since the parent's connections and waiting requests belong to the
+    /// parent's runtime.
+    fetcher: Mutex<(u32, Arc<Fetcher>)>,
     store: Store,
     cache: Option<Arc<Cache>>,
 }
 
 /// A data file's block in the cache.
 type BlockKey = (usize, u64);
+
+/// A gather begun by [`RemoteStore::begin`]: its records' stored bytes are on
+/// their way. [`RemoteStore::finish`] waits for them and decodes; dropping it
+/// instead cancels the requests still in flight.
+pub struct Pending {
+    idx: Vec<u64>,
+    pid: u32,
+    task: Option<JoinHandle<Result<Fetched>>>,
+}
+
+impl Pending {
+    /// How many records the gather returns.
+    pub fn len(&self) -> usize {
+        self.idx.len()
+    }
+
+    /// Whether the gather returns no records.
+    pub fn is_empty(&self) -> bool {
+        self.idx.is_empty()
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(t) = &self.task {
+            t.abort();
+        }
+    }
+}
+
+/// The stored bytes of a gather's records, and which cached blocks they came
+/// from (dropped if a record in them turns out damaged).
+struct Fetched {
+    entries: Vec<Entry>,
+    spans: Spans,
+    cached: Vec<BlockKey>,
+}
+
+/// Everything a fetch needs, owned, so that it can run on the runtime while the
+/// caller goes on.
+#[derive(Clone)]
+struct Source {
+    fetcher: Arc<Fetcher>,
+    cache: Option<Arc<Cache>>,
+    sizes: Arc<[u64]>,
+    /// The header checksum: the store's identity in the cache.
+    id: u64,
+}
 
 fn corrupt(url: String, msg: impl Into<String>) -> Error {
     zrecord::Error::Corrupt {
@@ -45,6 +94,10 @@ fn corrupt(url: String, msg: impl Into<String>) -> Error {
         msg: msg.into(),
     }
     .into()
+}
+
+fn internal(msg: String) -> Error {
+    zrecord::Error::Internal(msg).into()
 }
 
 impl RemoteStore {
@@ -58,12 +111,12 @@ impl RemoteStore {
         cache: Option<Arc<Cache>>,
     ) -> Result<RemoteStore> {
         let (loc, opts) = Location::parse(url, options)?;
-        let client = loc.client(0)?;
-        let store = block_on(open_parts(&client, &loc, &opts, cache.as_deref()))?;
+        let fetcher = Arc::new(Fetcher::new(&loc, &opts)?);
+        let store = block_on(open_parts(&fetcher, cache.as_deref()))?;
         Ok(RemoteStore {
             loc,
             opts,
-            client: Mutex::new((pid(), client)),
+            fetcher: Mutex::new((pid(), fetcher)),
             store,
             cache,
         })
@@ -89,39 +142,91 @@ impl RemoteStore {
         self.cache.as_deref()
     }
 
-    fn client(&self) -> Result<Arc<dyn ObjectStore>> {
-        let mut guard = self.client.lock().unwrap_or_else(|e| e.into_inner());
+    fn source(&self) -> Result<Source> {
+        let mut guard = self.fetcher.lock().unwrap_or_else(|e| e.into_inner());
         if guard.0 != pid() {
-            let fresh = self.loc.client(0)?;
+            let fresh = Arc::new(Fetcher::new(&self.loc, &self.opts)?);
             let old = std::mem::replace(&mut *guard, (pid(), fresh));
             std::mem::forget(old);
         }
-        Ok(guard.1.clone())
+        Ok(Source {
+            fetcher: guard.1.clone(),
+            cache: self.cache.clone(),
+            sizes: self.store.header().shard_sizes.as_slice().into(),
+            id: self.store.header().checksum,
+        })
     }
 
     /// The records at `idx`, in order, in one block of `placement`, as a local
-    /// gather returns them. Their stored bytes are fetched (or read from the
-    /// cache) and checked before the block is allocated. A record found damaged
-    /// in cached bytes has its blocks dropped and is fetched again once.
+    /// gather returns them: [`RemoteStore::begin`] then [`RemoteStore::finish`].
     pub fn records(
         &self,
         idx: &[u64],
         placement: &Placement,
     ) -> Result<(Block, Option<RaggedLayout>)> {
+        self.finish(self.begin(idx)?, placement)
+    }
+
+    /// Starts fetching the stored bytes of the records at `idx` (from the cache
+    /// where it holds them) and returns at once. Positions are checked here.
+    /// The requests share the store's budget of requests in flight with every
+    /// other gather begun and not finished.
+    pub fn begin(&self, idx: &[u64]) -> Result<Pending> {
         let entries = self.store.entries(idx)?;
-        let (spans, cached) = self.fetch(&entries, true)?;
-        match self.fill(idx, &spans, placement) {
+        let source = self.source()?;
+        let task = spawn(async move {
+            let (spans, cached) = source.fetch(&entries, true).await?;
+            Ok(Fetched {
+                entries,
+                spans,
+                cached,
+            })
+        })?;
+        Ok(Pending {
+            idx: idx.to_vec(),
+            pid: pid(),
+            task: Some(task),
+        })
+    }
+
+    /// Waits for a begun gather's bytes and decodes them into one block of
+    /// `placement`, every record checked against its checksum first. A record
+    /// found damaged in cached bytes has its blocks dropped and is fetched again
+    /// once.
+    pub fn finish(
+        &self,
+        mut pending: Pending,
+        placement: &Placement,
+    ) -> Result<(Block, Option<RaggedLayout>)> {
+        if pending.pid != pid() {
+            return Err(Error::InvalidArgument(format!(
+                "{}: a gather begun in process {} cannot be finished in process {}",
+                self.url(),
+                pending.pid,
+                pid()
+            )));
+        }
+        let task = pending
+            .task
+            .take()
+            .ok_or_else(|| internal("the gather was already finished".into()))?;
+        let fetched = block_on(async move {
+            task.await
+                .map_err(|e| internal(format!("a remote fetch did not complete: {e}")))?
+        })?;
+        let idx = &pending.idx;
+        match self.fill(idx, &fetched.spans, placement) {
             Err(e)
-                if !cached.is_empty()
+                if !fetched.cached.is_empty()
                     && matches!(e.format(), Some(zrecord::Error::Corrupt { .. })) =>
             {
+                let source = self.source()?;
                 if let Some(cache) = &self.cache {
-                    let sum = self.store.header().checksum;
-                    for (shard, block) in cached {
-                        cache.remove(sum, &data_file(shard), block);
+                    for &(shard, block) in &fetched.cached {
+                        cache.remove(source.id, &data_file(shard), block);
                     }
                 }
-                let (spans, _) = self.fetch(&entries, false)?;
+                let (spans, _) = block_on(source.fetch(&fetched.entries, false))?;
                 self.fill(idx, &spans, placement)
             }
             other => other,
@@ -142,115 +247,6 @@ impl RemoteStore {
         Ok((block, plan.layout().cloned()))
     }
 
-    /// The stored bytes of `entries`, and which cached blocks they came from.
-    fn fetch(&self, entries: &[Entry], use_cache: bool) -> Result<(Spans, Vec<BlockKey>)> {
-        let shard_sizes = &self.store.header().shard_sizes;
-        let requests = plan_requests(
-            entries,
-            shard_sizes.len(),
-            self.opts.coalesce_gap,
-            self.opts.max_request_bytes,
-        );
-        let mut spans = Spans::new(shard_sizes.len());
-        let client = self.client()?;
-        let cache = match (&self.cache, use_cache) {
-            (Some(c), true) => c,
-            _ => {
-                let got = block_on(fetch::fetch_all(&client, &self.loc, &requests, &self.opts))?;
-                for (r, b) in requests.iter().zip(got) {
-                    spans.insert(r.shard, r.range.start, b);
-                }
-                spans.sort();
-                return Ok((spans, Vec::new()));
-            }
-        };
-        let bs = cache.block_bytes();
-        let sum = self.store.header().checksum;
-        let block_len = |shard: usize, b: u64| -> u64 {
-            let size = shard_sizes.get(shard).copied().unwrap_or(0);
-            bs.min(size.saturating_sub(b * bs))
-        };
-        let mut blocks: BTreeMap<BlockKey, Option<Bytes>> = BTreeMap::new();
-        for r in &requests {
-            for b in r.range.start / bs..=(r.range.end - 1) / bs {
-                blocks.entry((r.shard, b)).or_insert(None);
-            }
-        }
-        let mut cached = Vec::new();
-        for (&(shard, b), slot) in blocks.iter_mut() {
-            *slot = cache.get(sum, &data_file(shard), b, block_len(shard, b));
-            if slot.is_some() {
-                cached.push((shard, b));
-            }
-        }
-        // Missing blocks, in runs of neighbours fetched by one request each.
-        let mut runs: Vec<Request> = Vec::new();
-        for (&(shard, b), slot) in &blocks {
-            if slot.is_some() {
-                continue;
-            }
-            let start = b * bs;
-            let end = start + block_len(shard, b);
-            match runs.last_mut() {
-                Some(r)
-                    if r.shard == shard
-                        && r.range.end == start
-                        && end - r.range.start <= self.opts.max_request_bytes.max(bs) =>
-                {
-                    r.range.end = end
-                }
-                _ => runs.push(Request {
-                    shard,
-                    range: start..end,
-                }),
-            }
-        }
-        let got = block_on(fetch::fetch_all(&client, &self.loc, &runs, &self.opts))?;
-        for (r, bytes) in runs.iter().zip(got) {
-            let mut at = r.range.start;
-            while at < r.range.end {
-                let b = at / bs;
-                let len = block_len(r.shard, b);
-                let from = (at - r.range.start) as usize;
-                let piece = bytes.slice(from..from + len as usize);
-                cache.put(sum, &data_file(r.shard), b, &piece);
-                blocks.insert((r.shard, b), Some(piece));
-                at += len;
-            }
-        }
-        for r in &requests {
-            let (first, last) = (r.range.start / bs, (r.range.end - 1) / bs);
-            let piece = |b: u64| -> Result<&Bytes> {
-                blocks
-                    .get(&(r.shard, b))
-                    .and_then(Option::as_ref)
-                    .ok_or_else(|| {
-                        zrecord::Error::Internal(format!(
-                            "block {b} of data file {} was not read",
-                            r.shard
-                        ))
-                        .into()
-                    })
-            };
-            if first == last {
-                let from = (r.range.start - first * bs) as usize;
-                let to = (r.range.end - first * bs) as usize;
-                spans.insert(r.shard, r.range.start, piece(first)?.slice(from..to));
-            } else {
-                let mut joined = Vec::with_capacity((r.range.end - r.range.start) as usize);
-                for b in first..=last {
-                    let p = piece(b)?;
-                    let lo = r.range.start.max(b * bs) - b * bs;
-                    let hi = r.range.end.min(b * bs + p.len() as u64) - b * bs;
-                    joined.extend_from_slice(&p[lo as usize..hi as usize]);
-                }
-                spans.insert(r.shard, r.range.start, Bytes::from(joined));
-            }
-        }
-        spans.sort();
-        Ok((spans, cached))
-    }
-
     /// Checks the whole store as a local verify does: the index against its
     /// checksum, every data file's size, and every record's stored bytes and
     /// decoding. The data files are streamed from object storage (never from the
@@ -264,13 +260,8 @@ impl RemoteStore {
     /// index against its checksum, and every data file at the header's size.
     pub fn verify_files(&self) -> Result<()> {
         self.store.check_index()?;
-        let client = self.client()?;
-        block_on(check_sizes(
-            &client,
-            &self.loc,
-            &self.opts,
-            &self.store.header().shard_sizes,
-        ))
+        let source = self.source()?;
+        block_on(check_sizes(&source.fetcher, &source.sizes))
     }
 
     /// The per-record part of [`RemoteStore::verify`] for the records in `range`.
@@ -297,7 +288,7 @@ impl RemoteStore {
                 .map_or(entries.len(), |k| k + 1);
             entries.truncate(keep);
             let end = start + keep as u64;
-            let (spans, _) = self.fetch(&entries, false)?;
+            let (spans, _) = block_on(self.source()?.fetch(&entries, false))?;
             let parts = THREADS
                 .parts(bytes.min(usize::MAX as u64) as usize, true)
                 .max(1) as u64;
@@ -314,18 +305,169 @@ impl RemoteStore {
     }
 }
 
+impl Source {
+    /// The stored bytes of `entries`, and which cached blocks they came from.
+    /// Without a cache (or with `use_cache` false) the planned requests go to
+    /// object storage as they are. With one, the requests are cut at block
+    /// bounds: what the cache holds is read from it (only the bytes needed),
+    /// the missing blocks are fetched whole, in runs of neighbours, and kept.
+    async fn fetch(&self, entries: &[Entry], use_cache: bool) -> Result<(Spans, Vec<BlockKey>)> {
+        let sizes = &self.sizes;
+        let opts = self.fetcher.opts();
+        let cache = self.cache.as_ref().filter(|_| use_cache);
+        // Records close together share a request to object storage, which
+        // costs a round trip; from the cache each is read on its own, since the
+        // bytes between them would only be copied for nothing.
+        let gap = if cache.is_some() {
+            0
+        } else {
+            opts.coalesce_gap
+        };
+        let requests = plan_requests(entries, sizes.len(), gap, opts.max_request_bytes);
+        let mut spans = Spans::new(sizes.len());
+        let Some(cache) = cache.cloned() else {
+            let got = self.fetcher.fetch_all(&requests).await?;
+            for (r, b) in requests.iter().zip(got) {
+                spans.insert(r.shard, r.range.start, b);
+            }
+            spans.sort();
+            return Ok((spans, Vec::new()));
+        };
+        let bs = cache.block_bytes();
+        let block_len = {
+            let sizes = sizes.clone();
+            move |shard: usize, b: u64| -> u64 {
+                let size = sizes.get(shard).copied().unwrap_or(0);
+                bs.min(size.saturating_sub(b * bs))
+            }
+        };
+        // Per block touched, the parts of the requests inside it (relative to
+        // the block's start), in order; requests are disjoint, so are the parts.
+        let mut need: BTreeMap<BlockKey, Vec<Range<u64>>> = BTreeMap::new();
+        for r in &requests {
+            for b in r.range.start / bs..=(r.range.end - 1) / bs {
+                let lo = r.range.start.max(b * bs) - b * bs;
+                let hi = r.range.end.min(b * bs + block_len(r.shard, b)) - b * bs;
+                need.entry((r.shard, b)).or_default().push(lo..hi);
+            }
+        }
+        let id = self.id;
+        let lookups: Vec<(BlockKey, Vec<Range<u64>>)> = need.into_iter().collect();
+        let found = {
+            let (cache, block_len) = (cache.clone(), block_len.clone());
+            tokio::task::spawn_blocking(move || {
+                lookups
+                    .into_iter()
+                    .map(|((shard, b), ranges)| {
+                        let len = block_len(shard, b);
+                        let got = cache.read(id, &data_file(shard), b, len, &ranges);
+                        ((shard, b), ranges, got)
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .await
+            .map_err(|e| internal(format!("reading the cache did not complete: {e}")))?
+        };
+        // What was read, by data file and offset: a part of a request read from
+        // the cache, or a whole block fetched.
+        let mut pieces: BTreeMap<(usize, u64), Bytes> = BTreeMap::new();
+        let mut cached = Vec::new();
+        let mut runs: Vec<Request> = Vec::new();
+        for ((shard, b), ranges, got) in found {
+            if let Some(parts) = got {
+                for (r, bytes) in ranges.iter().zip(parts) {
+                    pieces.insert((shard, b * bs + r.start), bytes);
+                }
+                cached.push((shard, b));
+                continue;
+            }
+            // Missing blocks, in runs of neighbours fetched by one request each.
+            let start = b * bs;
+            let end = start + block_len(shard, b);
+            match runs.last_mut() {
+                Some(r)
+                    if r.shard == shard
+                        && r.range.end == start
+                        && end - r.range.start <= opts.max_request_bytes.max(bs) =>
+                {
+                    r.range.end = end
+                }
+                _ => runs.push(Request {
+                    shard,
+                    range: start..end,
+                }),
+            }
+        }
+        let got = self.fetcher.fetch_all(&runs).await?;
+        let mut fresh = Vec::new();
+        for (r, bytes) in runs.iter().zip(got) {
+            let mut at = r.range.start;
+            while at < r.range.end {
+                let b = at / bs;
+                let len = block_len(r.shard, b);
+                let from = (at - r.range.start) as usize;
+                let piece = bytes.slice(from..from + len as usize);
+                fresh.push(((r.shard, b), piece.clone()));
+                pieces.insert((r.shard, at), piece);
+                at += len;
+            }
+        }
+        if !fresh.is_empty() {
+            tokio::task::spawn_blocking(move || {
+                for ((shard, b), piece) in fresh {
+                    cache.put(id, &data_file(shard), b, &piece);
+                }
+            })
+            .await
+            .map_err(|e| internal(format!("writing the cache did not complete: {e}")))?;
+        }
+        for r in &requests {
+            // The request's bytes inside block `b`: the piece that starts at
+            // them (read from the cache) or at the block (fetched whole).
+            let part = |b: u64| -> Result<Bytes> {
+                let lo = r.range.start.max(b * bs);
+                let hi = r.range.end.min(b * bs + bs);
+                let (at, bytes) = match pieces.get(&(r.shard, lo)) {
+                    Some(p) => (lo, p),
+                    None => (
+                        b * bs,
+                        pieces.get(&(r.shard, b * bs)).ok_or_else(|| {
+                            internal(format!("block {b} of data file {} was not read", r.shard))
+                        })?,
+                    ),
+                };
+                let (from, to) = ((lo - at) as usize, (hi - at) as usize);
+                if to > bytes.len() {
+                    return Err(internal(format!(
+                        "block {b} of data file {} was read short",
+                        r.shard
+                    )));
+                }
+                Ok(bytes.slice(from..to))
+            };
+            let (first, last) = (r.range.start / bs, (r.range.end - 1) / bs);
+            if first == last {
+                spans.insert(r.shard, r.range.start, part(first)?);
+            } else {
+                let mut joined = Vec::with_capacity((r.range.end - r.range.start) as usize);
+                for b in first..=last {
+                    joined.extend_from_slice(&part(b)?);
+                }
+                spans.insert(r.shard, r.range.start, Bytes::from(joined));
+            }
+        }
+        spans.sort();
+        Ok((spans, cached))
+    }
+}
+
 /// Checks that every data file exists with the size the header gives it.
-async fn check_sizes(
-    client: &Arc<dyn ObjectStore>,
-    loc: &Location,
-    opts: &FetchOptions,
-    sizes: &[u64],
-) -> Result<()> {
+async fn check_sizes(fetcher: &Fetcher, sizes: &[u64]) -> Result<()> {
     let found = futures::future::try_join_all(
-        (0..sizes.len())
-            .map(|s| async move { fetch::size_of(client, loc, &data_file(s), opts).await }),
+        (0..sizes.len()).map(|s| async move { fetcher.size_of(&data_file(s)).await }),
     )
     .await?;
+    let loc = fetcher.loc();
     for (s, (&want, got)) in sizes.iter().zip(found).enumerate() {
         let url = loc.url_of(&data_file(s));
         match got {
@@ -344,24 +486,16 @@ async fn check_sizes(
     Ok(())
 }
 
-/// What opening reads with.
-#[derive(Clone, Copy)]
-struct Opening<'a> {
-    client: &'a Arc<dyn ObjectStore>,
-    loc: &'a Location,
-    opts: &'a FetchOptions,
-    cache: Option<&'a Cache>,
-}
-
 /// One small file of the store, from the cache when it holds it with the
 /// header's checksum, else fetched (and cached). `store` is the header checksum.
-async fn small(o: Opening<'_>, store: u64, name: &str, size: u64, sum: u64) -> Result<Vec<u8>> {
-    let Opening {
-        client,
-        loc,
-        opts,
-        cache,
-    } = o;
+async fn small(
+    fetcher: &Fetcher,
+    cache: Option<&Cache>,
+    store: u64,
+    name: &str,
+    size: u64,
+    sum: u64,
+) -> Result<Vec<u8>> {
     if let Some(c) = cache {
         if let Some(b) = c.get_small(store, name, size) {
             if xxh3_64(&b) == sum {
@@ -371,17 +505,11 @@ async fn small(o: Opening<'_>, store: u64, name: &str, size: u64, sum: u64) -> R
         }
     }
     // A large index comes in parallel parts.
-    let step = opts.max_request_bytes.max(1);
-    let requests: Vec<std::ops::Range<u64>> = (0..size.div_ceil(step))
-        .map(|k| k * step..((k + 1) * step).min(size))
-        .collect();
-    let parts: Vec<Bytes> = futures::stream::iter(
-        requests
-            .into_iter()
-            .map(|r| fetch::get_range(client, loc, name, r, opts)),
+    let step = fetcher.opts().max_request_bytes.max(1);
+    let parts = futures::future::try_join_all(
+        (0..size.div_ceil(step))
+            .map(|k| fetcher.get_range(name, k * step..((k + 1) * step).min(size))),
     )
-    .buffered(opts.max_concurrency)
-    .try_collect()
     .await?;
     let mut out = Vec::new();
     out.try_reserve_exact(size as usize)
@@ -401,14 +529,10 @@ async fn small(o: Opening<'_>, store: u64, name: &str, size: u64, sum: u64) -> R
 
 /// Reads and checks everything but the records: the header first, then the
 /// other small files and the data files' sizes, concurrently.
-async fn open_parts(
-    client: &Arc<dyn ObjectStore>,
-    loc: &Location,
-    opts: &FetchOptions,
-    cache: Option<&Cache>,
-) -> Result<Store> {
+async fn open_parts(fetcher: &Fetcher, cache: Option<&Cache>) -> Result<Store> {
+    let loc = fetcher.loc();
     let hname = zrecord::HEADER_FILE;
-    let size = match fetch::size_of(client, loc, hname, opts).await? {
+    let size = match fetcher.size_of(hname).await? {
         Some(n) => n,
         None => {
             return Err(Error::NotFound {
@@ -426,7 +550,7 @@ async fn open_parts(
             ),
         ));
     }
-    let hbytes = fetch::whole(client, loc, hname, size, opts).await?;
+    let hbytes = fetcher.whole(hname, size).await?;
     let name = Path::new(loc.url());
     let header = zrecord::Header::decode(&hbytes, &name.join(hname))?;
     let id = header.checksum;
@@ -435,21 +559,16 @@ async fn open_parts(
     } else {
         0
     };
-    let o = Opening {
-        client,
-        loc,
-        opts,
-        cache,
-    };
     let optional = |size: u64, file: &'static str, sum: u64| async move {
         match size {
             0 => Ok(None),
-            n => small(o, id, file, n, sum).await.map(Some),
+            n => small(fetcher, cache, id, file, n, sum).await.map(Some),
         }
     };
     let (index, index_sums, dict, attrs, ()) = futures::try_join!(
         small(
-            o,
+            fetcher,
+            cache,
             id,
             zrecord::INDEX_FILE,
             header.index_size,
@@ -464,7 +583,7 @@ async fn open_parts(
         },
         optional(header.dict_size, zrecord::DICT_FILE, header.dict_xxh3),
         optional(header.attrs_size, zrecord::ATTRS_FILE, header.attrs_xxh3),
-        check_sizes(client, loc, opts, &header.shard_sizes),
+        check_sizes(fetcher, &header.shard_sizes),
     )?;
     let parts = Parts {
         index,

@@ -9,7 +9,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 use zrecord::Store;
 
 use crate::error::{Error, Result};
-use crate::fetch::{self, FetchOptions};
+use crate::fetch::{size_of, FetchOptions};
 use crate::location::Location;
 use crate::runtime::block_on;
 
@@ -52,7 +52,7 @@ pub fn upload(
     }
     block_on(async {
         let hpath = loc.path_of(zrecord::HEADER_FILE);
-        if fetch::size_of(&client, &loc, zrecord::HEADER_FILE, &opts)
+        if size_of(&client, &loc, zrecord::HEADER_FILE, &opts)
             .await?
             .is_some()
         {
@@ -139,7 +139,7 @@ async fn put_file(
         }
         w.finish().await.map_err(fail)?;
     }
-    match fetch::size_of(client, loc, name, opts).await? {
+    match size_of(client, loc, name, opts).await? {
         Some(n) if n == size => Ok(()),
         found => Err(Error::Storage {
             url: loc.url_of(name),
