@@ -236,6 +236,8 @@ fn transient(e: &object_store::Error) -> bool {
         | E::Precondition { .. }
         | E::NotModified { .. }
         | E::AlreadyExists { .. } => false,
+        // A refused certificate is refused again on every connection.
+        E::Generic { .. } if crate::cause::refusal(e).is_some() => false,
         E::Generic { source, .. } => {
             let chain = || {
                 std::iter::successors(
@@ -301,7 +303,7 @@ async fn attempt(
             "the response held {} of the {want} bytes asked for",
             b.len()
         ))),
-        Ok(Err(e)) if transient(&e) => Err(Failure::Transient(e.to_string())),
+        Ok(Err(e)) if transient(&e) => Err(Failure::Transient(crate::cause::describe(&e))),
         Ok(Err(e)) => Err(Failure::Permanent(e)),
     }
 }
@@ -361,7 +363,12 @@ impl Fetcher {
                 Err(Failure::Permanent(e)) => {
                     return Err(Error::Storage {
                         url: loc.url_of(name),
-                        msg: format!("reading bytes {}..{} failed: {e}", range.start, range.end),
+                        msg: format!(
+                            "reading bytes {}..{} failed: {}",
+                            range.start,
+                            range.end,
+                            crate::cause::describe(&e)
+                        ),
                     })
                 }
                 Err(Failure::Transient(msg)) if tries >= opts.retries => {
@@ -428,10 +435,10 @@ pub(crate) async fn size_of(
             Ok(Err(e)) if !transient(&e) => {
                 return Err(Error::Storage {
                     url: loc.url_of(name),
-                    msg: format!("asking for its size failed: {e}"),
+                    msg: format!("asking for its size failed: {}", crate::cause::describe(&e)),
                 })
             }
-            Ok(Err(e)) => e.to_string(),
+            Ok(Err(e)) => crate::cause::describe(&e),
             Err(_) => "no response in time".to_string(),
         };
         if tries >= opts.retries {

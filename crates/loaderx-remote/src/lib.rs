@@ -8,7 +8,8 @@
 //! crate does the rest:
 //!
 //! * [`Location`]: a URL and its storage options, refusing names `object_store`
-//!   does not know; nothing is read from the environment unless asked.
+//!   does not know; no cloud configuration is read from the environment unless
+//!   asked (docs/remote.md lists what `object_store` reads regardless).
 //! * [`FetchOptions`]: how ranges are coalesced, how many requests run at once,
 //!   how failures are retried.
 //! * [`RemoteStore`]: open, gather into a placement, verify; every record's
@@ -23,6 +24,7 @@
 #![deny(missing_docs)]
 
 mod cache;
+mod cause;
 mod error;
 mod fetch;
 mod location;

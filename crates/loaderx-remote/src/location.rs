@@ -119,6 +119,23 @@ impl Location {
                 "{url}: from_env applies to s3://, gs:// and az:// stores only"
             )));
         }
+        if matches!(scheme, ObjectStoreScheme::MicrosoftAzure) {
+            let named = |want: AzureConfigKey| {
+                config
+                    .iter()
+                    .filter(move |(k, _)| AzureConfigKey::from_str(k).is_ok_and(|k| k == want))
+            };
+            let emulator =
+                named(AzureConfigKey::UseEmulator).any(|(k, v)| parse_bool(k, v).unwrap_or(false));
+            if emulator && named(AzureConfigKey::Endpoint).next().is_some() {
+                return Err(Error::InvalidArgument(format!(
+                    "{url}: azure_storage_use_emulator ignores azure_storage_endpoint (object_store \
+                     sends an emulator's requests to AZURITE_BLOB_STORAGE_URL, or else \
+                     http://127.0.0.1:10000); for another address give the endpoint, account \
+                     name and key without use_emulator"
+                )));
+            }
+        }
         let allows_http = config
             .iter()
             .any(|(k, v)| k.ends_with("allow_http") && parse_bool(k, v).unwrap_or(false));

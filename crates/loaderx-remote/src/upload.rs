@@ -61,7 +61,10 @@ pub fn upload(
             }
             client.delete(&hpath).await.map_err(|e| Error::Storage {
                 url: loc.url_of(zrecord::HEADER_FILE),
-                msg: format!("removing the old header failed: {e}"),
+                msg: format!(
+                    "removing the old header failed: {}",
+                    crate::cause::describe(&e)
+                ),
             })?;
         }
         futures::stream::iter(
@@ -96,7 +99,7 @@ async fn put(
         .map(|_| ())
         .map_err(|e| Error::Storage {
             url: loc.url_of(name),
-            msg: format!("uploading failed: {e}"),
+            msg: format!("uploading failed: {}", crate::cause::describe(&e)),
         })
 }
 
@@ -117,7 +120,7 @@ async fn put_file(
     };
     let fail = |e: object_store::Error| Error::Storage {
         url: loc.url_of(name),
-        msg: format!("uploading failed: {e}"),
+        msg: format!("uploading failed: {}", crate::cause::describe(&e)),
     };
     if size <= PART_BYTES as u64 {
         put(client, loc, name, read_all(&path)?).await?;
