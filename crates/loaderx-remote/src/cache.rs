@@ -17,7 +17,6 @@
 use std::fs;
 use std::io::Write;
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -111,8 +110,8 @@ impl Cache {
 
     /// Bytes `ranges` (each within the block) of block `block` of `file` of the
     /// store whose header checksum is `store`, if the cache holds the block
-    /// whole: exactly `len` bytes. Only the ranges are read, so a small record
-    /// costs no more than its own bytes however large the block.
+    /// whole: exactly `len` bytes. Only the pages of the ranges are touched, so
+    /// a small record costs no more than its own bytes however large the block.
     pub(crate) fn read(
         &self,
         store: u64,
@@ -141,16 +140,20 @@ impl Cache {
             let _ = fs::remove_file(path);
             return None;
         }
-        let mut out = Vec::with_capacity(ranges.len());
-        for r in ranges {
-            let want = usize::try_from(r.end - r.start).ok()?;
-            let mut buf = Vec::new();
-            buf.try_reserve_exact(want).ok()?;
-            buf.resize(want, 0);
-            // A block replaced or cut short meanwhile reads short: a miss.
-            f.read_exact_at(&mut buf, r.start).ok()?;
-            out.push(Bytes::from(buf));
+        if len == 0 {
+            return Some(vec![Bytes::new(); ranges.len()]);
         }
+        // Mapped, not read: the records' bytes are decoded straight from the
+        // page cache into the output, as a local store's small records are.
+        // SAFETY: a cache file is written whole under a temporary name and
+        // renamed into place, and never written again; eviction unlinks it,
+        // which leaves a mapping intact. Another program truncating it while
+        // mapped is a fault this reader cannot catch, as for a local store.
+        let map = unsafe { memmap2::Mmap::map(&f) }.ok()?;
+        if map.len() as u64 != len {
+            return None;
+        }
+        let whole = Bytes::from_owner(map);
         if meta
             .modified()
             .ok()
@@ -159,7 +162,12 @@ impl Cache {
         {
             let _ = f.set_modified(SystemTime::now());
         }
-        Some(out)
+        Some(
+            ranges
+                .iter()
+                .map(|r| whole.slice(r.start as usize..r.end as usize))
+                .collect(),
+        )
     }
 
     /// Stores a block. Failures (a full disk, a removed directory) only cost the
