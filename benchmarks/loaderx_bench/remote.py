@@ -162,13 +162,17 @@ class Served:
 def _tree_cpu(pid: int) -> float:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        children = [
-            int(c)
-            for task in Path(f"/proc/{pid}/task").iterdir()
-            for c in (task / "children").read_text().split()
-        ]
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except FileNotFoundError:  # it exited meanwhile
         return 0.0
+    children: list[int] = []
+    for task in tasks:
+        # A threaded server's threads come and go: one that ended since the
+        # listing has no children file, and no children.
+        try:
+            children += [int(c) for c in (task / "children").read_text().split()]
+        except FileNotFoundError:
+            continue
     own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return own + sum(_tree_cpu(c) for c in children)
 
