@@ -26,6 +26,9 @@ pub struct FetchOptions {
     pub coalesce_gap: u64,
     /// A request stops growing past this many bytes (a longer record is still
     /// one request), so that a long run of records is fetched in parallel parts.
+    /// The default is one cache block: longer requests spread the same bytes
+    /// over fewer connections, and a cold cache behind high latency filled
+    /// more slowly with them (docs/benchmarks.md, "Remote stores").
     pub max_request_bytes: u64,
     /// How many times a failed request is retried before the read fails.
     pub retries: u32,
@@ -49,7 +52,7 @@ impl Default for FetchOptions {
         FetchOptions {
             max_concurrency: DEFAULT_MAX_CONCURRENCY,
             coalesce_gap: 64 << 10,
-            max_request_bytes: 8 << 20,
+            max_request_bytes: 1 << 20,
             retries: 5,
             retry_backoff: Duration::from_millis(100),
             request_timeout: Duration::from_secs(30),
