@@ -284,6 +284,36 @@ def test_cache_cold_then_warm(tmp_path, range_server, kind):
     assert data_gets(range_server) > 0
 
 
+@pytest.mark.parametrize("kind", ["dense", "ragged"])
+def test_concurrent_gathers_fetch_each_cache_block_once(tmp_path, range_server, fault_proxy, kind):
+    want = write_store(tmp_path / "s", kind, "raw")
+    cache = Cache(tmp_path / "cache", max_bytes=1 << 30, block_bytes=4096)
+    r = opener(kind)(fault_proxy.url + "/s", storage_options=HTTP_STORAGE_OPTIONS, cache=cache)
+    fault_proxy.latency_ms = 100
+    range_server.reset_counts()
+    # Four gathers of overlapping records begun together, all before any block
+    # is cached: each block is fetched by one of them, and the others wait for it.
+    batches = [np.arange(k, N, 3) for k in range(3)] + [np.arange(N)]
+    pending = [r.prefetch(b) for b in batches]
+    for b, finish in zip(batches, pending, strict=True):
+        assert finish is not None
+        got = finish()
+        if kind == "dense":
+            np.testing.assert_array_equal(host(got), want[b])
+        else:
+            for g, p in zip(got.to_tensors(), b, strict=True):
+                np.testing.assert_array_equal(host(g), want[p])
+    gets = [(p, rng) for m, p, rng in range_server.log() if m == "GET" and "/data-" in p]
+    assert gets and len(gets) == len(set(gets))
+    fetched = {}
+    for path, rng in gets:
+        first, last = rng.removeprefix("bytes=").split("-")
+        fetched[path] = fetched.get(path, 0) + int(last) - int(first) + 1
+    # Every byte of every data file, once.
+    files = sorted(f for f in os.listdir(tmp_path / "s") if f.startswith("data-"))
+    assert fetched == {f"/s/{f}": os.path.getsize(tmp_path / "s" / f) for f in files}
+
+
 def test_cache_is_bounded(tmp_path, range_server):
     write_store(tmp_path / "s", "dense", "raw")
     cache = Cache(tmp_path / "cache", max_bytes=20_000, block_bytes=4096)

@@ -3,8 +3,9 @@
 //! response is retried with exponential backoff. A body shorter than the range
 //! asked for is never handed on.
 
+use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -320,6 +321,61 @@ pub(crate) struct Fetcher {
     loc: Location,
     opts: FetchOptions,
     permits: Semaphore,
+    blocks: Mutex<HashMap<BlockKey, Arc<Semaphore>>>,
+}
+
+/// A block of a data file: the file's number and the block's.
+pub(crate) type BlockKey = (usize, u64);
+
+/// The blocks one gather claimed for fetching ([`Fetcher::claim_blocks`]),
+/// and those other gathers had claimed first, with what to wait on for each.
+/// Its blocks are released when the gather's fetch ends
+/// ([`Claimed::release`]), or when it is dropped, however the fetch ended.
+pub(crate) struct Claimed<'a> {
+    fetcher: &'a Fetcher,
+    mine: Vec<BlockKey>,
+    others: Vec<(BlockKey, Arc<Semaphore>)>,
+    /// Has no permits: waiters wait until it is closed.
+    done: Arc<Semaphore>,
+}
+
+impl Claimed<'_> {
+    /// The blocks this gather fetches, in order.
+    pub fn keys(&self) -> &[BlockKey] {
+        &self.mine
+    }
+
+    /// The blocks another gather is fetching, each with a semaphore that is
+    /// closed when that gather's fetch ends.
+    pub fn others(&self) -> impl Iterator<Item = (BlockKey, &Semaphore)> {
+        self.others.iter().map(|(k, s)| (*k, s.as_ref()))
+    }
+}
+
+impl Claimed<'_> {
+    /// Releases this gather's blocks and wakes their waiters. Called as soon as
+    /// its own fetch ends, before it waits for the others' blocks: two gathers
+    /// each waiting for a block the other claimed would otherwise wait forever.
+    pub fn release(&self) {
+        let mut map = self
+            .fetcher
+            .blocks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for k in &self.mine {
+            if map.get(k).is_some_and(|s| Arc::ptr_eq(s, &self.done)) {
+                map.remove(k);
+            }
+        }
+        drop(map);
+        self.done.close();
+    }
+}
+
+impl Drop for Claimed<'_> {
+    fn drop(&mut self) {
+        self.release();
+    }
 }
 
 impl Fetcher {
@@ -329,7 +385,32 @@ impl Fetcher {
             loc: loc.clone(),
             opts: opts.clone(),
             permits: Semaphore::new(opts.max_concurrency),
+            blocks: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Claims the blocks of `keys` (sorted) that no other gather of this
+    /// process is fetching, so that concurrent gathers fetch a block once.
+    pub fn claim_blocks(&self, keys: impl IntoIterator<Item = BlockKey>) -> Claimed<'_> {
+        let done = Arc::new(Semaphore::new(0));
+        let (mut mine, mut others) = (Vec::new(), Vec::new());
+        let mut map = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
+        for k in keys {
+            match map.get(&k) {
+                Some(theirs) => others.push((k, theirs.clone())),
+                None => {
+                    map.insert(k, done.clone());
+                    mine.push(k);
+                }
+            }
+        }
+        drop(map);
+        Claimed {
+            fetcher: self,
+            mine,
+            others,
+            done,
+        }
     }
 
     pub fn loc(&self) -> &Location {

@@ -13,7 +13,7 @@ use zrecord::{data_file, Entry, Parallel, Parts, RaggedLayout, ReadOptions, Stor
 
 use crate::cache::Cache;
 use crate::error::{Error, Result};
-use crate::fetch::{plan_requests, FetchOptions, Fetcher, Request, Spans};
+use crate::fetch::{plan_requests, BlockKey, FetchOptions, Fetcher, Request, Spans};
 use crate::location::Location;
 use crate::runtime::{block_on, pid, spawn};
 
@@ -35,9 +35,6 @@ pub struct RemoteStore {
     store: Store,
     cache: Option<Arc<Cache>>,
 }
-
-/// A data file's block in the cache.
-type BlockKey = (usize, u64);
 
 /// A gather begun by [`RemoteStore::begin`]: its records' stored bytes are on
 /// their way. [`RemoteStore::finish`] waits for them and decodes; dropping it
@@ -310,7 +307,9 @@ impl Source {
     /// Without a cache (or with `use_cache` false) the planned requests go to
     /// object storage as they are. With one, the requests are cut at block
     /// bounds: what the cache holds is read from it (only the bytes needed),
-    /// the missing blocks are fetched whole, in runs of neighbours, and kept.
+    /// the missing blocks are fetched whole, in runs of neighbours, and kept. A
+    /// block another gather of this store is fetching meanwhile is waited for
+    /// and read from the cache, not fetched twice.
     async fn fetch(&self, entries: &[Entry], use_cache: bool) -> Result<(Spans, Vec<BlockKey>)> {
         let sizes = &self.sizes;
         let opts = self.fetcher.opts();
@@ -325,7 +324,7 @@ impl Source {
         };
         let requests = plan_requests(entries, sizes.len(), gap, opts.max_request_bytes);
         let mut spans = Spans::new(sizes.len());
-        let Some(cache) = cache.cloned() else {
+        let Some(cache) = cache else {
             let got = self.fetcher.fetch_all(&requests).await?;
             for (r, b) in requests.iter().zip(got) {
                 spans.insert(r.shard, r.range.start, b);
@@ -334,92 +333,53 @@ impl Source {
             return Ok((spans, Vec::new()));
         };
         let bs = cache.block_bytes();
-        let block_len = {
-            let sizes = sizes.clone();
-            move |shard: usize, b: u64| -> u64 {
-                let size = sizes.get(shard).copied().unwrap_or(0);
-                bs.min(size.saturating_sub(b * bs))
-            }
-        };
         // Per block touched, the parts of the requests inside it (relative to
         // the block's start), in order; requests are disjoint, so are the parts.
         let mut need: BTreeMap<BlockKey, Vec<Range<u64>>> = BTreeMap::new();
         for r in &requests {
             for b in r.range.start / bs..=(r.range.end - 1) / bs {
                 let lo = r.range.start.max(b * bs) - b * bs;
-                let hi = r.range.end.min(b * bs + block_len(r.shard, b)) - b * bs;
+                let hi = r.range.end.min(b * bs + self.block_len(bs, r.shard, b)) - b * bs;
                 need.entry((r.shard, b)).or_default().push(lo..hi);
             }
         }
-        let id = self.id;
-        let lookups: Vec<(BlockKey, Vec<Range<u64>>)> = need.into_iter().collect();
-        let found = {
-            let (cache, block_len) = (cache.clone(), block_len.clone());
-            tokio::task::spawn_blocking(move || {
-                lookups
-                    .into_iter()
-                    .map(|((shard, b), ranges)| {
-                        let len = block_len(shard, b);
-                        let got = cache.read(id, &data_file(shard), b, len, &ranges);
-                        ((shard, b), ranges, got)
-                    })
-                    .collect::<Vec<_>>()
-            })
-            .await
-            .map_err(|e| internal(format!("reading the cache did not complete: {e}")))?
-        };
         // What was read, by data file and offset: a part of a request read from
         // the cache, or a whole block fetched.
         let mut pieces: BTreeMap<(usize, u64), Bytes> = BTreeMap::new();
         let mut cached = Vec::new();
-        let mut runs: Vec<Request> = Vec::new();
-        for ((shard, b), ranges, got) in found {
-            if let Some(parts) = got {
-                for (r, bytes) in ranges.iter().zip(parts) {
-                    pieces.insert((shard, b * bs + r.start), bytes);
-                }
-                cached.push((shard, b));
-                continue;
+        let mut missing = self
+            .read_cached(cache, need.into_iter().collect(), &mut pieces, &mut cached)
+            .await?;
+        let claimed = self.fetcher.claim_blocks(missing.keys().copied());
+        let fetch_mine = async {
+            let got = self.fetch_blocks(cache, claimed.keys()).await;
+            claimed.release();
+            got
+        };
+        let (mine, ()) = futures::join!(fetch_mine, async {
+            for (_, done) in claimed.others() {
+                // Closed when the other gather's fetch ends, however it ends.
+                let _ = done.acquire().await;
             }
-            // Missing blocks, in runs of neighbours fetched by one request each.
-            let start = b * bs;
-            let end = start + block_len(shard, b);
-            match runs.last_mut() {
-                Some(r)
-                    if r.shard == shard
-                        && r.range.end == start
-                        && end - r.range.start <= opts.max_request_bytes.max(bs) =>
-                {
-                    r.range.end = end
-                }
-                _ => runs.push(Request {
-                    shard,
-                    range: start..end,
-                }),
-            }
+        });
+        for ((shard, b), bytes) in mine? {
+            pieces.insert((shard, b * bs), bytes);
         }
-        let got = self.fetcher.fetch_all(&runs).await?;
-        let mut fresh = Vec::new();
-        for (r, bytes) in runs.iter().zip(got) {
-            let mut at = r.range.start;
-            while at < r.range.end {
-                let b = at / bs;
-                let len = block_len(r.shard, b);
-                let from = (at - r.range.start) as usize;
-                let piece = bytes.slice(from..from + len as usize);
-                fresh.push(((r.shard, b), piece.clone()));
-                pieces.insert((r.shard, at), piece);
-                at += len;
+        let others: Vec<(BlockKey, Vec<Range<u64>>)> = claimed
+            .others()
+            .filter_map(|(k, _)| missing.remove_entry(&k))
+            .collect();
+        drop(claimed);
+        if !others.is_empty() {
+            // Read back what the others fetched; what they failed to fetch or to
+            // keep is fetched here.
+            let still = self
+                .read_cached(cache, others, &mut pieces, &mut cached)
+                .await?;
+            let keys: Vec<BlockKey> = still.into_keys().collect();
+            for ((shard, b), bytes) in self.fetch_blocks(cache, &keys).await? {
+                pieces.insert((shard, b * bs), bytes);
             }
-        }
-        if !fresh.is_empty() {
-            tokio::task::spawn_blocking(move || {
-                for ((shard, b), piece) in fresh {
-                    cache.put(id, &data_file(shard), b, &piece);
-                }
-            })
-            .await
-            .map_err(|e| internal(format!("writing the cache did not complete: {e}")))?;
         }
         for r in &requests {
             // The request's bytes inside block `b`: the piece that starts at
@@ -458,6 +418,109 @@ impl Source {
         }
         spans.sort();
         Ok((spans, cached))
+    }
+
+    /// Bytes of block `b` of data file `shard`: the block size but for a file's
+    /// last block.
+    fn block_len(&self, bs: u64, shard: usize, b: u64) -> u64 {
+        let size = self.sizes.get(shard).copied().unwrap_or(0);
+        bs.min(size.saturating_sub(b * bs))
+    }
+
+    /// Reads the parts `lookups` names of cached blocks into `pieces` (by data
+    /// file and offset), noting each block read in `cached`; returns the
+    /// lookups of the blocks the cache lacks.
+    async fn read_cached(
+        &self,
+        cache: &Arc<Cache>,
+        lookups: Vec<(BlockKey, Vec<Range<u64>>)>,
+        pieces: &mut BTreeMap<(usize, u64), Bytes>,
+        cached: &mut Vec<BlockKey>,
+    ) -> Result<BTreeMap<BlockKey, Vec<Range<u64>>>> {
+        let bs = cache.block_bytes();
+        let lens: Vec<u64> = lookups
+            .iter()
+            .map(|((shard, b), _)| self.block_len(bs, *shard, *b))
+            .collect();
+        let (id, c) = (self.id, cache.clone());
+        let found = tokio::task::spawn_blocking(move || {
+            lookups
+                .into_iter()
+                .zip(lens)
+                .map(|(((shard, b), ranges), len)| {
+                    let got = c.read(id, &data_file(shard), b, len, &ranges);
+                    ((shard, b), ranges, got)
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .map_err(|e| internal(format!("reading the cache did not complete: {e}")))?;
+        let mut missing = BTreeMap::new();
+        for ((shard, b), ranges, got) in found {
+            match got {
+                Some(parts) => {
+                    for (r, bytes) in ranges.iter().zip(parts) {
+                        pieces.insert((shard, b * bs + r.start), bytes);
+                    }
+                    cached.push((shard, b));
+                }
+                None => {
+                    missing.insert((shard, b), ranges);
+                }
+            }
+        }
+        Ok(missing)
+    }
+
+    /// Fetches the blocks `keys` (sorted), neighbours in one request each up to
+    /// the request size, and keeps them in the cache.
+    async fn fetch_blocks(
+        &self,
+        cache: &Arc<Cache>,
+        keys: &[BlockKey],
+    ) -> Result<Vec<(BlockKey, Bytes)>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let bs = cache.block_bytes();
+        let most = self.fetcher.opts().max_request_bytes.max(bs);
+        let mut runs: Vec<Request> = Vec::new();
+        for &(shard, b) in keys {
+            let start = b * bs;
+            let end = start + self.block_len(bs, shard, b);
+            match runs.last_mut() {
+                Some(r)
+                    if r.shard == shard && r.range.end == start && end - r.range.start <= most =>
+                {
+                    r.range.end = end
+                }
+                _ => runs.push(Request {
+                    shard,
+                    range: start..end,
+                }),
+            }
+        }
+        let got = self.fetcher.fetch_all(&runs).await?;
+        let mut blocks = Vec::new();
+        for (r, bytes) in runs.iter().zip(got) {
+            let mut at = r.range.start;
+            while at < r.range.end {
+                let b = at / bs;
+                let len = self.block_len(bs, r.shard, b);
+                let from = (at - r.range.start) as usize;
+                blocks.push(((r.shard, b), bytes.slice(from..from + len as usize)));
+                at += len;
+            }
+        }
+        let (id, c, kept) = (self.id, cache.clone(), blocks.clone());
+        tokio::task::spawn_blocking(move || {
+            for ((shard, b), piece) in kept {
+                c.put(id, &data_file(shard), b, &piece);
+            }
+        })
+        .await
+        .map_err(|e| internal(format!("writing the cache did not complete: {e}")))?;
+        Ok(blocks)
     }
 }
 
