@@ -462,7 +462,7 @@ _Parts: TypeAlias = "list[dict[str, B | _Later[B]]]"
 class _Begun(Generic[B]):
     """A step drawn and begun under the draw lock, not yet completed."""
 
-    __slots__ = ("error", "info", "parts", "step")
+    __slots__ = ("error", "info", "parts", "step", "waits")
 
     def __init__(
         self,
@@ -470,8 +470,10 @@ class _Begun(Generic[B]):
         parts: _Parts[B] | None = None,
         info: StepInfo | None = None,
         error: BaseException | None = None,
+        waits: bool = False,
     ) -> None:
         self.step, self.parts, self.info, self.error = step, parts, info, error
+        self.waits = waits  # some of its reads are still under way
 
 
 class _Step(Generic[T]):
@@ -526,10 +528,10 @@ class _Pipeline(Generic[B, T]):
 
     # -- one step ---------------------------------------------------------------
 
-    def begin(self, step: int, drawn: object) -> tuple[_Parts[B], StepInfo | None, bool]:
-        """The step's shards, as batches or as reads still under way, its
-        StepInfo when the transform takes one, and whether any read is under way.
-        Everything that needs the sampler's buffer happens here."""
+    def begin(self, step: int, drawn: object) -> _Begun[B]:
+        """The step's shards, as batches or as reads still under way, and its
+        StepInfo when the transform takes one. Everything that needs the
+        sampler's buffer happens here."""
         idx: npt.NDArray[np.generic] = np.asarray(drawn)
         if idx.ndim != 1:
             raise InvalidArgumentError(
@@ -585,7 +587,7 @@ class _Pipeline(Generic[B, T]):
                 process_index=self.process_index,
                 process_count=n,
             )
-        return parts, info, waits
+        return _Begun(step, parts, info, waits=waits)
 
     @staticmethod
     def complete(parts: _Parts[B]) -> Shards[B]:
@@ -642,13 +644,15 @@ class _Pipeline(Generic[B, T]):
                         step = self.claimed
                         self.claimed += 1
                     try:
-                        parts, info, waits = self.begin(step, self.sampler.next())
+                        item = self.begin(step, self.sampler.next())
                     except BaseException as e:  # noqa: BLE001 - delivered to the consumer
                         self.begun.append(_Begun(step, error=e))
                         break
-                    self.begun.append(_Begun(step, parts, info))
-                    if not waits:
+                    self.begun.append(item)
+                    if not item.waits:
                         break
+                # Rebinds `item`: no local name may keep a begun step's batches
+                # alive once the consumer has dropped them.
                 item = self.begun.popleft()
             result: _Step[T]
             if item.error is not None:
@@ -699,8 +703,9 @@ class _Pipeline(Generic[B, T]):
             with self.draw:
                 self.check_open()
                 try:
-                    parts, info, _ = self.begin(self.delivered, self.sampler.next())
-                    out = self.finish(self.complete(parts), info)
+                    item = self.begin(self.delivered, self.sampler.next())
+                    assert item.parts is not None
+                    out = self.finish(self.complete(item.parts), item.info)
                 except BaseException as e:
                     self.failed = e
                     raise
