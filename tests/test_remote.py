@@ -175,15 +175,20 @@ class Spread:
         return i.astype(np.int64)
 
 
+def read_spread(loader, want, steps):
+    """Checks `steps` steps of a loader over Spread's batches, then closes it."""
+    with loader:
+        for step in range(steps):
+            got = host(next(loader)[0]["x"])
+            np.testing.assert_array_equal(got, want[(step + np.arange(4) * 70) % N])
+
+
 def test_the_loader_overlaps_the_reads_of_steps_ahead(via_proxy, fault_proxy):
     want, open_ = via_proxy
     r = open_(coalesce_gap="0")
     fault_proxy.latency_ms = 100
     fault_proxy.reset_counts()
-    with Loader({"x": [r]}, Spread(), workers=1, prefetch=5) as loader:
-        for step in range(12):
-            got = host(next(loader)[0]["x"])
-            np.testing.assert_array_equal(got, want[(step + np.arange(4) * 70) % N])
+    read_spread(Loader({"x": [r]}, Spread(), workers=1, prefetch=5), want, 12)
     # One worker, yet the requests of several steps waited at the proxy at once:
     # the steps up to workers + prefetch ahead were begun before the first was
     # complete. One step at a time would never exceed its 4 requests.
@@ -195,10 +200,7 @@ def test_max_concurrency_bounds_a_stores_requests_across_steps(via_proxy, fault_
     r = open_(coalesce_gap="0", max_concurrency="3")
     fault_proxy.latency_ms = 30
     fault_proxy.reset_counts()
-    with Loader({"x": [r]}, Spread(), workers=2, prefetch=6) as loader:
-        for step in range(8):
-            got = host(next(loader)[0]["x"])
-            np.testing.assert_array_equal(got, want[(step + np.arange(4) * 70) % N])
+    read_spread(Loader({"x": [r]}, Spread(), workers=2, prefetch=6), want, 8)
     assert fault_proxy.most_in_flight() == 3
 
 
