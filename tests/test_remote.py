@@ -175,12 +175,16 @@ class Spread:
         return i.astype(np.int64)
 
 
-def read_spread(loader, want, steps):
-    """Checks `steps` steps of a loader over Spread's batches, then closes it."""
+def read_spread(loader, want, steps, proxy):
+    """Checks `steps` steps of a loader over Spread's batches and returns the most
+    requests the proxy held at once meanwhile (before the close, which cancels the
+    reads begun ahead: a cancelled request may still sleep in the proxy while the
+    budget place it freed goes to the next)."""
     with loader:
         for step in range(steps):
             got = host(next(loader)[0]["x"])
             np.testing.assert_array_equal(got, want[(step + np.arange(4) * 70) % N])
+        return proxy.most_in_flight()
 
 
 def test_the_loader_overlaps_the_reads_of_steps_ahead(via_proxy, fault_proxy):
@@ -188,11 +192,11 @@ def test_the_loader_overlaps_the_reads_of_steps_ahead(via_proxy, fault_proxy):
     r = open_(coalesce_gap="0")
     fault_proxy.latency_ms = 100
     fault_proxy.reset_counts()
-    read_spread(Loader({"x": [r]}, Spread(), workers=1, prefetch=5), want, 12)
+    most = read_spread(Loader({"x": [r]}, Spread(), workers=1, prefetch=5), want, 12, fault_proxy)
     # One worker, yet the requests of several steps waited at the proxy at once:
     # the steps up to workers + prefetch ahead were begun before the first was
     # complete. One step at a time would never exceed its 4 requests.
-    assert fault_proxy.most_in_flight() > 8
+    assert most > 8
 
 
 def test_max_concurrency_bounds_a_stores_requests_across_steps(via_proxy, fault_proxy):
@@ -200,8 +204,36 @@ def test_max_concurrency_bounds_a_stores_requests_across_steps(via_proxy, fault_
     r = open_(coalesce_gap="0", max_concurrency="3")
     fault_proxy.latency_ms = 30
     fault_proxy.reset_counts()
-    read_spread(Loader({"x": [r]}, Spread(), workers=2, prefetch=6), want, 8)
-    assert fault_proxy.most_in_flight() == 3
+    most = read_spread(Loader({"x": [r]}, Spread(), workers=2, prefetch=6), want, 8, fault_proxy)
+    assert most == 3
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_close_is_prompt_while_a_read_waits_on_a_silent_server(via_proxy, fault_proxy, workers):
+    _, open_ = via_proxy
+    r = open_(coalesce_gap="0")
+    fault_proxy.latency_ms = 30_000  # no answer within any timeout a test waits out
+    loader = Loader({"x": [r]}, Spread(), workers=workers, prefetch=2)
+    outcome = []
+
+    def consume():
+        try:
+            next(loader)
+            outcome.append("a batch")
+        except Exception as e:  # noqa: BLE001 - what the consumer saw is the result
+            outcome.append(e)
+
+    t = threading.Thread(target=consume)
+    t.start()
+    time.sleep(0.5)  # the read is under way, waiting on the server
+    t0 = time.monotonic()
+    loader.close()
+    t.join(5)
+    assert time.monotonic() - t0 < 2.0
+    assert not t.is_alive()
+    # The consumer learns the loader is closed, or that its read was cancelled.
+    assert len(outcome) == 1 and isinstance(outcome[0], (InvalidArgumentError, StorageError))
+    assert "closed" in str(outcome[0]) or "cancelled" in str(outcome[0])
 
 
 def test_prefetch_starts_a_gather_that_finishes_once(tmp_path, range_server, fault_proxy):
@@ -224,6 +256,14 @@ def test_prefetch_starts_a_gather_that_finishes_once(tmp_path, range_server, fau
         finish()
     with pytest.raises(IndexError):
         r.prefetch(np.array([N], dtype=np.int64))
+    # Cancelled while another thread waits for it: that wait ends at once.
+    finish = r.prefetch(POSITIONS)
+    assert finish is not None
+    threading.Timer(0.05, finish.cancel).start()
+    t0 = time.monotonic()
+    with pytest.raises(StorageError, match="cancelled") as e:
+        finish()
+    assert time.monotonic() - t0 < 0.15 and e.value.filename == r.url
     # Dropped unfinished: its requests are cancelled, and the reader goes on.
     fault_proxy.latency_ms = 0
     r.prefetch(POSITIONS)

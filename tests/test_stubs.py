@@ -297,6 +297,7 @@ def exercise_store(nat: Native, root: pathlib.Path, codec: str, dictionary: byte
     pending = nat.call(remote, "begin", np.array([2, 5], dtype=np.uint64))
     got = nat.call(remote, "finish_dense", pending, host)
     assert (np.from_dlpack(got) == DENSE[[2, 5]]).all()
+    nat.call(pending, "cancel")  # once finished, a no-op
 
     ragged = nat.call(_native.Store, "open", str(root / "ragged"), checked=True)
     assert nat.get(ragged, "kind") == "ragged" and nat.get(ragged, "ndim") == 1

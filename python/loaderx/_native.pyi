@@ -100,7 +100,8 @@ class Placement:
     def close(self) -> None: ...
 
 @final
-class PendingGather: ...
+class PendingGather:
+    def cancel(self) -> None: ...
 
 @final
 class Store:

@@ -454,6 +454,11 @@ class _Later(Generic[B]):
     def __init__(self, wait: Callable[[], B]) -> None:
         self.wait = wait
 
+    def cancel(self) -> None:
+        cancel: Callable[[], object] | None = getattr(self.wait, "cancel", None)
+        if callable(cancel):
+            cancel()
+
 
 # A begun step: per binding, per stream, the batch or what waits for it.
 _Parts: TypeAlias = "list[dict[str, B | _Later[B]]]"
@@ -474,6 +479,13 @@ class _Begun(Generic[B]):
     ) -> None:
         self.step, self.parts, self.info, self.error = step, parts, info, error
         self.waits = waits  # some of its reads are still under way
+
+    def cancel(self) -> None:
+        """Stops the reads still under way that can be stopped."""
+        for shard in self.parts or ():
+            for v in shard.values():
+                if isinstance(v, _Later):
+                    cast("_Later[B]", v).cancel()
 
 
 class _Step(Generic[T]):
@@ -520,6 +532,8 @@ class _Pipeline(Generic[B, T]):
         self.done: dict[int, _Step[T]] = {}
         # Steps begun and not yet taken by a worker; only touched under `draw`.
         self.begun: deque[_Begun[B]] = deque()
+        # Steps whose reads a thread is waiting for; close() cancels them.
+        self.completing: set[_Begun[B]] = set()
         self.threads: list[threading.Thread] = []
         self.started = False
         self.closed = False
@@ -589,16 +603,27 @@ class _Pipeline(Generic[B, T]):
             )
         return _Begun(step, parts, info, waits=waits)
 
-    @staticmethod
-    def complete(parts: _Parts[B]) -> Shards[B]:
-        """The shards, once every read a step began is in."""
-        shards: Shards[B] = []
-        for part in parts:
-            shard: dict[str, B] = {}
-            for name, v in part.items():
-                shard[name] = cast("_Later[B]", v).wait() if isinstance(v, _Later) else v
-            shards.append(shard)
-        return shards
+    def completed(self, item: _Begun[B]) -> Shards[B]:
+        """The step's shards, once every read it began is in. close() cancels
+        the reads meanwhile, and then this raises."""
+        assert item.parts is not None
+        if item.waits:
+            with self.cond:
+                if self.closed:
+                    raise InvalidArgumentError("the loader is closed")
+                self.completing.add(item)
+        try:
+            shards: Shards[B] = []
+            for part in item.parts:
+                shard: dict[str, B] = {}
+                for name, v in part.items():
+                    shard[name] = cast("_Later[B]", v).wait() if isinstance(v, _Later) else v
+                shards.append(shard)
+            return shards
+        finally:
+            if item.waits:
+                with self.cond:
+                    self.completing.discard(item)
 
     def finish(self, shards: Shards[B], info: StepInfo | None) -> T:
         if self.transform is None:
@@ -658,9 +683,8 @@ class _Pipeline(Generic[B, T]):
             if item.error is not None:
                 result = _Step(error=item.error)
             else:
-                assert item.parts is not None
                 try:
-                    result = _Step(self.finish(self.complete(item.parts), item.info))
+                    result = _Step(self.finish(self.completed(item), item.info))
                 except BaseException as e:  # noqa: BLE001 - delivered to the consumer
                     result = _Step(error=e)
             failed = result.error is not None
@@ -704,8 +728,7 @@ class _Pipeline(Generic[B, T]):
                 self.check_open()
                 try:
                     item = self.begin(self.delivered, self.sampler.next())
-                    assert item.parts is not None
-                    out = self.finish(self.complete(item.parts), item.info)
+                    out = self.finish(self.completed(item), item.info)
                 except BaseException as e:
                     self.failed = e
                     raise
@@ -740,6 +763,11 @@ class _Pipeline(Generic[B, T]):
             self.done.clear()
             self.cond.notify_all()
             threads = list(self.threads)
+            waiting = list(self.completing)
+        # A thread waiting for a remote read (a server that stopped answering
+        # waits out its timeouts and retries) is released at once.
+        for item in waiting:
+            item.cancel()
         if threading.current_thread() in threads:
             # From inside a transform: joining the others could wait on a worker
             # that is itself closing and joining this one.

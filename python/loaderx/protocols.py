@@ -62,7 +62,9 @@ class PrefetchingReader(Reader[Batch_co], Protocol):
 
     When a step's readers return functions, a Loader worker begins the following
     steps too, up to ``workers + prefetch`` steps ahead of the consumer, so that
-    their reads wait at the same time instead of one after another."""
+    their reads wait at the same time instead of one after another. A function
+    with a ``cancel()`` method has it called when the Loader closes while a
+    thread waits in it, which should make that wait end (by raising) at once."""
 
     def prefetch(self, positions: Positions, /) -> Callable[[], Batch_co] | None: ...
 

@@ -14,7 +14,6 @@ not an identity.
 
 from __future__ import annotations
 
-import functools
 import io
 import mmap
 import numbers
@@ -248,6 +247,25 @@ def _positions(key: object, n: int) -> int | Positions:
     if arr.dtype != np.int64 and arr.dtype != np.uint64:
         arr = arr.astype(np.int64)
     return cast("Positions", np.ascontiguousarray(arr))  # int64 or uint64 by now
+
+
+class _Fetching(Generic[_BatchT]):
+    """A gather a remote store began: calling it waits for the records and
+    returns the batch (once); ``cancel()`` stops its requests, even while
+    another thread waits in the call."""
+
+    __slots__ = ("_pending", "_reader", "_store")
+
+    def __init__(
+        self, reader: _Reader[_BatchT], store: _native.Store, pending: _native.PendingGather
+    ) -> None:
+        self._reader, self._store, self._pending = reader, store, pending
+
+    def __call__(self) -> _BatchT:
+        return self._reader._finish(self._store, self._pending)  # pyright: ignore[reportPrivateUsage]
+
+    def cancel(self) -> None:
+        self._pending.cancel()
 
 
 @dataclass(frozen=True)
@@ -504,12 +522,13 @@ class _Reader(ABC, Generic[_BatchT]):
         sends its requests (or reads its cache) in the background and returns a
         function that waits for them and returns the batch ``gather(positions)``
         would; a local store has nothing to wait for and returns None. The
-        Loader uses it to overlap the reads of the steps ahead of the consumer;
-        dropping the function unfinished cancels the requests."""
+        Loader uses it to overlap the reads of the steps ahead of the consumer.
+        The function's ``cancel()`` stops the requests, and so does dropping it
+        uncalled; calling it after ``cancel()`` raises ``StorageError``."""
         if self._remote is None:
             return None
         store = self._store()
-        return functools.partial(self._finish, store, store.begin(positions))
+        return _Fetching(self, store, store.begin(positions))
 
     @property
     def url(self) -> str | None:

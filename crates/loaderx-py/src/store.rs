@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use loaderx_gather::{gather, Block, Placement, THREADS};
-use loaderx_remote::{Cache, Pending, RemoteStore};
+use loaderx_remote::{Cache, Canceller, Pending, RemoteStore};
 use numpy::{
     PyArray1, PyArrayDescrMethods, PyReadonlyArray1, PyUntypedArray, PyUntypedArrayMethods,
 };
@@ -199,6 +199,16 @@ impl PyStore {
 #[pyclass(module = "loaderx._native", name = "PendingGather", frozen)]
 pub struct PyPending {
     inner: Mutex<Option<Pending>>,
+    canceller: Canceller,
+}
+
+#[pymethods]
+impl PyPending {
+    /// Cancels the gather's requests still in flight; finishing it then fails.
+    /// Works while another thread waits in `finish`; a no-op once it finished.
+    fn cancel(&self) {
+        self.canceller.cancel();
+    }
 }
 
 #[pymethods]
@@ -370,6 +380,7 @@ impl PyStore {
         let idx = positions(idx)?;
         let pending = py.detach(|| remote.begin(&idx)).py_err()?;
         Ok(PyPending {
+            canceller: pending.canceller(),
             inner: Mutex::new(Some(pending)),
         })
     }

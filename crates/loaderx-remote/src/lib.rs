@@ -36,5 +36,5 @@ pub use cache::{Cache, DEFAULT_CACHE_BLOCK_BYTES, DEFAULT_CACHE_MAX_BYTES};
 pub use error::{Error, Result};
 pub use fetch::{FetchOptions, DEFAULT_MAX_CONCURRENCY};
 pub use location::{is_url, Location, LOADERX_OPTIONS};
-pub use store::{Pending, RemoteStore};
+pub use store::{Canceller, Pending, RemoteStore};
 pub use upload::upload;

@@ -55,6 +55,25 @@ impl Pending {
     pub fn is_empty(&self) -> bool {
         self.idx.is_empty()
     }
+
+    /// What cancels the gather's requests from another thread, even while
+    /// [`RemoteStore::finish`] waits for them: that finish then fails.
+    pub fn canceller(&self) -> Canceller {
+        Canceller(self.task.as_ref().map(JoinHandle::abort_handle))
+    }
+}
+
+/// Cancels a begun gather's requests ([`Pending::canceller`]).
+pub struct Canceller(Option<tokio::task::AbortHandle>);
+
+impl Canceller {
+    /// Stops the gather's requests; its finish fails. A no-op once the records
+    /// are in.
+    pub fn cancel(&self) {
+        if let Some(a) = &self.0 {
+            a.abort();
+        }
+    }
 }
 
 impl Drop for Pending {
@@ -207,9 +226,18 @@ impl RemoteStore {
             .task
             .take()
             .ok_or_else(|| internal("the gather was already finished".into()))?;
+        let url = self.url();
         let fetched = block_on(async move {
-            task.await
-                .map_err(|e| internal(format!("a remote fetch did not complete: {e}")))?
+            task.await.map_err(|e| {
+                if e.is_cancelled() {
+                    Error::Storage {
+                        url: url.to_string(),
+                        msg: "the gather was cancelled before its records arrived".into(),
+                    }
+                } else {
+                    internal(format!("a remote fetch did not complete: {e}"))
+                }
+            })?
         })?;
         let idx = &pending.idx;
         match self.fill(idx, &fetched.spans, placement) {
