@@ -14,13 +14,14 @@
 //! just a miss. Eviction removes the least recently used blocks (by modification
 //! time, refreshed on use) once the directory holds more than its limit.
 
+use std::collections::HashMap;
 use std::fs;
 use std::io::Write;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 
@@ -47,7 +48,22 @@ pub struct Cache {
     /// Bytes this process believes the directory holds; exact after each scan.
     held: AtomicU64,
     evicting: Mutex<()>,
+    /// Blocks this process mapped lately, reused by later reads so that a warm
+    /// gather does not open, map and unmap every block it touches.
+    mapped: Mutex<HashMap<PathBuf, Mapped>>,
 }
+
+/// A mapped cache file and when this process last refreshed its time.
+#[derive(Debug)]
+struct Mapped {
+    bytes: Bytes,
+    touched: Instant,
+}
+
+/// Most bytes of blocks a process keeps mapped (address space, not memory: the
+/// pages are the kernel's page cache), and most blocks.
+const MAPPED_BYTES: u64 = 4 << 30;
+const MAPPED_BLOCKS: u64 = 4096;
 
 fn io(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
     move |source| Error::Io {
@@ -78,6 +94,7 @@ impl Cache {
             block_bytes,
             held: AtomicU64::new(0),
             evicting: Mutex::new(()),
+            mapped: Mutex::new(HashMap::new()),
         };
         cache.evict();
         Ok(cache)
@@ -120,19 +137,50 @@ impl Cache {
         len: u64,
         ranges: &[Range<u64>],
     ) -> Option<Vec<Bytes>> {
-        self.read_file(&self.block_path(store, file, block), len, ranges)
+        if ranges.iter().any(|r| r.start > r.end || r.end > len) {
+            return None;
+        }
+        let whole = self.map_file(&self.block_path(store, file, block), len, true)?;
+        Some(
+            ranges
+                .iter()
+                .map(|r| whole.slice(r.start as usize..r.end as usize))
+                .collect(),
+        )
     }
 
     /// A small file of the store (its index, say), if the cache holds `len` bytes.
     pub(crate) fn get_small(&self, store: u64, file: &str, len: u64) -> Option<Bytes> {
-        let path = self.store_dir(store).join(file).join("whole");
-        self.read_file(&path, len, std::slice::from_ref(&(0..len)))?
-            .pop()
+        self.map_file(&self.store_dir(store).join(file).join("whole"), len, false)
     }
 
-    fn read_file(&self, path: &Path, len: u64, ranges: &[Range<u64>]) -> Option<Vec<Bytes>> {
-        if ranges.iter().any(|r| r.start > r.end || r.end > len) {
-            return None;
+    /// The whole file at `path`, if it is `len` bytes: mapped, not read, so that
+    /// records are decoded straight from the page cache into the output, as a
+    /// local store's small records are. A mapping this process made lately is
+    /// reused; with `keep`, this one is kept for reuse.
+    fn map_file(&self, path: &Path, len: u64, keep: bool) -> Option<Bytes> {
+        let now = Instant::now();
+        {
+            let mut mapped = self.mapped.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(m) = mapped.get_mut(path) {
+                if m.bytes.len() as u64 == len {
+                    if now.duration_since(m.touched) > TOUCH_AFTER {
+                        // Keeps the block recent for every process's eviction;
+                        // a block another process evicted meanwhile is gone for
+                        // good, and this mapping is dropped.
+                        m.touched = now;
+                        let touched = fs::File::open(path)
+                            .and_then(|f| f.set_modified(SystemTime::now()))
+                            .is_ok();
+                        if !touched {
+                            mapped.remove(path);
+                            return None;
+                        }
+                    }
+                    return Some(m.bytes.clone());
+                }
+                mapped.remove(path);
+            }
         }
         let f = fs::File::open(path).ok()?;
         let meta = f.metadata().ok()?;
@@ -141,10 +189,8 @@ impl Cache {
             return None;
         }
         if len == 0 {
-            return Some(vec![Bytes::new(); ranges.len()]);
+            return Some(Bytes::new());
         }
-        // Mapped, not read: the records' bytes are decoded straight from the
-        // page cache into the output, as a local store's small records are.
         // SAFETY: a cache file is written whole under a temporary name and
         // renamed into place, and never written again; eviction unlinks it,
         // which leaves a mapping intact. Another program truncating it while
@@ -162,12 +208,35 @@ impl Cache {
         {
             let _ = f.set_modified(SystemTime::now());
         }
-        Some(
-            ranges
-                .iter()
-                .map(|r| whole.slice(r.start as usize..r.end as usize))
-                .collect(),
-        )
+        if !keep {
+            return Some(whole);
+        }
+        let most = (MAPPED_BYTES / len.max(1)).clamp(1, MAPPED_BLOCKS) as usize;
+        let mut mapped = self.mapped.lock().unwrap_or_else(|e| e.into_inner());
+        if mapped.len() >= most {
+            // Any one: the map's order is as good as random, and random
+            // replacement does not thrash on a cyclic pattern as LRU would.
+            if let Some(k) = mapped.keys().next().cloned() {
+                mapped.remove(&k);
+            }
+        }
+        mapped.insert(
+            path.to_path_buf(),
+            Mapped {
+                bytes: whole.clone(),
+                touched: now,
+            },
+        );
+        Some(whole)
+    }
+
+    /// Forgets this process's mappings: their files may be unlinked, and an
+    /// unlinked file's disk space is only freed once no one maps it.
+    fn unmap_all(&self) {
+        self.mapped
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 
     /// Stores a block. Failures (a full disk, a removed directory) only cost the
@@ -183,7 +252,12 @@ impl Cache {
 
     /// Forgets a block found damaged.
     pub(crate) fn remove(&self, store: u64, file: &str, block: u64) {
-        let _ = fs::remove_file(self.block_path(store, file, block));
+        let path = self.block_path(store, file, block);
+        self.mapped
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&path);
+        let _ = fs::remove_file(path);
     }
 
     /// Forgets a small file found damaged.
@@ -251,6 +325,7 @@ impl Cache {
             }
         }
         if total > self.max_bytes {
+            self.unmap_all();
             files.sort_unstable_by_key(|(t, _, _)| *t);
             let target = self.max_bytes / 10 * 9;
             for (_, len, path) in files {
