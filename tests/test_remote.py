@@ -545,6 +545,34 @@ def test_forked_child_reads_with_its_own_runtime(tmp_path, range_server):
     check(r, "dense", want, np.arange(N))
 
 
+def test_a_forked_child_drops_and_cancels_its_parents_gathers(tmp_path, fault_proxy):
+    want = write_store(tmp_path / "s", "dense", "zstd")
+    r = Dense.open(fault_proxy.url + "/s", storage_options=HTTP_STORAGE_OPTIONS)
+    fault_proxy.latency_ms = 300  # the parent's gathers are still in flight at the fork
+    inflight = [r.prefetch(POSITIONS), r.prefetch(POSITIONS[::-1].copy())]
+    rd, wr = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        code = 1
+        try:
+            # The parent's gathers belong to the parent's runtime, which has no
+            # threads here: cancelling or dropping them must neither hang nor crash.
+            inflight[0].cancel()
+            inflight.clear()
+            fault_proxy.latency_ms = 0  # the child's own proxy copy is not used
+            ok = np.array_equal(host(r[POSITIONS]), want[POSITIONS])
+            code = 0 if ok else 2
+        finally:
+            os.write(wr, bytes([code]))
+            os._exit(0)
+    os.close(wr)
+    status = os.read(rd, 1)
+    os.waitpid(pid, 0)
+    assert status == b"\x00"
+    for finish, pos in zip(inflight, [POSITIONS, POSITIONS[::-1]], strict=True):
+        np.testing.assert_array_equal(host(finish()), want[pos])
+
+
 def test_processes_share_a_cache_under_eviction(tmp_path, range_server):
     """Two processes read through one small cache directory at once: blocks are
     written, read and evicted under each other, and every read is exact."""

@@ -59,27 +59,52 @@ impl Pending {
     /// What cancels the gather's requests from another thread, even while
     /// [`RemoteStore::finish`] waits for them: that finish then fails.
     pub fn canceller(&self) -> Canceller {
-        Canceller(self.task.as_ref().map(JoinHandle::abort_handle))
+        Canceller {
+            handle: self.task.as_ref().map(JoinHandle::abort_handle),
+            pid: self.pid,
+        }
     }
 }
 
 /// Cancels a begun gather's requests ([`Pending::canceller`]).
-pub struct Canceller(Option<tokio::task::AbortHandle>);
+pub struct Canceller {
+    handle: Option<tokio::task::AbortHandle>,
+    pid: u32,
+}
 
 impl Canceller {
     /// Stops the gather's requests; its finish fails. A no-op once the records
-    /// are in.
+    /// are in, and in a forked child (the requests are the parent's).
     pub fn cancel(&self) {
-        if let Some(a) = &self.0 {
+        if self.pid != pid() {
+            return;
+        }
+        if let Some(a) = &self.handle {
             a.abort();
+        }
+    }
+}
+
+impl Drop for Canceller {
+    fn drop(&mut self) {
+        if self.pid != pid() {
+            // As for a Pending: the parent's task is not touched in a child.
+            std::mem::forget(self.handle.take());
         }
     }
 }
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        if let Some(t) = &self.task {
-            t.abort();
+        if let Some(t) = self.task.take() {
+            if self.pid == pid() {
+                t.abort();
+            } else {
+                // A forked child's copy: the task belongs to the parent's
+                // runtime, whose threads (and any lock they held at the fork) are
+                // not here, so it is not touched.
+                std::mem::forget(t);
+            }
         }
     }
 }
