@@ -558,6 +558,13 @@ def test_a_forked_child_drops_and_cancels_its_parents_gathers(tmp_path, fault_pr
             # The parent's gathers belong to the parent's runtime, which has no
             # threads here: cancelling or dropping them must neither hang nor crash.
             inflight[0].cancel()
+            try:
+                inflight[1]()
+                code = 3
+            except InvalidArgumentError as e:
+                code = 1 if "cannot be finished in process" in str(e) else 4
+            if code != 1:
+                raise AssertionError(code)
             inflight.clear()
             fault_proxy.latency_ms = 0  # the child's own proxy copy is not used
             ok = np.array_equal(host(r[POSITIONS]), want[POSITIONS])
