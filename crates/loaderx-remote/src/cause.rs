@@ -6,7 +6,7 @@
 /// The errors under `e`, outermost first. hyper-util and tokio-rustls hand a
 /// connection's error on wrapped in io::Errors, whose source() skips the error
 /// they hold, so those are opened too.
-fn chain(e: &object_store::Error) -> Vec<&(dyn std::error::Error + 'static)> {
+pub(crate) fn chain(e: &object_store::Error) -> Vec<&(dyn std::error::Error + 'static)> {
     let object_store::Error::Generic { source, .. } = e else {
         return Vec::new();
     };

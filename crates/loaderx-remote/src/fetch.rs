@@ -242,22 +242,17 @@ fn transient(e: &object_store::Error) -> bool {
         | E::AlreadyExists { .. } => false,
         // A refused certificate is refused again on every connection.
         E::Generic { .. } if crate::cause::refusal(e).is_some() => false,
-        E::Generic { source, .. } => {
-            let chain = || {
-                std::iter::successors(
-                    Some(source.as_ref() as &(dyn std::error::Error + 'static)),
-                    |e| e.source(),
-                )
-            };
+        E::Generic { .. } => {
+            let chain = crate::cause::chain(e);
             // A request the client refuses to build (plain http without
             // allow_http, a bad header) fails the same way every time.
-            if chain().any(|e| {
+            if chain.iter().any(|e| {
                 e.downcast_ref::<reqwest::Error>()
                     .is_some_and(reqwest::Error::is_builder)
             }) {
                 return false;
             }
-            for err in chain() {
+            for err in chain {
                 // No response at all: the connection, the request or the body
                 // failed or timed out.
                 if let Some(h) = err.downcast_ref::<object_store::client::HttpError>() {
@@ -350,9 +345,7 @@ impl Claimed<'_> {
     pub fn others(&self) -> impl Iterator<Item = (BlockKey, &Semaphore)> {
         self.others.iter().map(|(k, s)| (*k, s.as_ref()))
     }
-}
 
-impl Claimed<'_> {
     /// Releases this gather's blocks and wakes their waiters. Called as soon as
     /// its own fetch ends, before it waits for the others' blocks: two gathers
     /// each waiting for a block the other claimed would otherwise wait forever.

@@ -33,6 +33,8 @@ pub struct RemoteStore {
     /// parent's runtime.
     fetcher: Mutex<(u32, Arc<Fetcher>)>,
     store: Store,
+    /// The data files' sizes from the header, shared with every fetch.
+    sizes: Arc<[u64]>,
     cache: Option<Arc<Cache>>,
 }
 
@@ -158,6 +160,7 @@ impl RemoteStore {
             loc,
             opts,
             fetcher: Mutex::new((pid(), fetcher)),
+            sizes: store.header().shard_sizes.as_slice().into(),
             store,
             cache,
         })
@@ -193,7 +196,7 @@ impl RemoteStore {
         Ok(Source {
             fetcher: guard.1.clone(),
             cache: self.cache.clone(),
-            sizes: self.store.header().shard_sizes.as_slice().into(),
+            sizes: self.sizes.clone(),
             id: self.store.header().checksum,
         })
     }
