@@ -19,8 +19,8 @@ use xxhash_rust::xxh3::Xxh3;
 use crate::error::{Error, IoContext, Result};
 use crate::format::{self, Header, IndexSums, Kind, Schema, MAX_ATTRS_BYTES, MAX_DATA_SHARDS};
 use crate::parallel::Parallel;
+use crate::publish::{check_destination, publish_with_header, write_whole, BuildDir};
 use crate::reader::Store;
-use crate::writer::{check_destination, publish_with_header, write_whole, BuildDir};
 
 /// Index bytes rewritten between two progress reports.
 const INDEX_STEP_BYTES: usize = 1 << 20;

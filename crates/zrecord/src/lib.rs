@@ -16,6 +16,7 @@ mod dtype;
 mod error;
 mod format;
 mod parallel;
+mod publish;
 mod ragged;
 mod reader;
 mod recycle;
@@ -32,8 +33,7 @@ pub use format::{
     MAX_NDIM, MAX_RECORD_BYTES, OLDEST_FORMAT_VERSION,
 };
 pub use parallel::{Parallel, Sequential};
+pub use publish::{clean_stale, is_build_dir_name, temp_sibling, BuildDir};
 pub use ragged::{align_up, element_count, record_spans, RaggedLayout, RaggedView, ALIGN};
 pub use reader::{Parts, Payload, Plan, ReadOptions, Store};
-pub use writer::{
-    clean_stale, is_build_dir_name, temp_sibling, BuildDir, Source, Writer, CHUNK_BYTES,
-};
+pub use writer::{Source, Writer, CHUNK_BYTES};

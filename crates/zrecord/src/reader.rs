@@ -341,7 +341,7 @@ impl Store {
     /// does not grow with the record count (except for version 1 stores, whose
     /// whole index is hashed).
     pub fn open_with(path: &Path, options: ReadOptions) -> Result<Store> {
-        crate::writer::check_not_build_dir(path)?;
+        crate::publish::check_not_build_dir(path)?;
         if cfg!(target_endian = "big") {
             return Err(big_endian());
         }

@@ -1,0 +1,485 @@
+//! Publishing a directory atomically: a store (or a tree of stores) is built
+//! in a hidden, locked sibling of its destination and renamed into place once
+//! every file in it is durable, or removed. The writer and concatenation publish
+//! through here, and so does the converter for its trees of stores.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::error::{Error, IoContext, Result};
+use crate::format::{self, Header};
+
+/// The lock a build directory's owner holds for as long as it may still publish
+/// or discard the directory. A lock that can be taken means the owner is gone.
+const LOCK_FILE: &str = ".build.lock";
+
+/// Times [`BuildDir::create`] picks a fresh name when the one it picked is taken
+/// or is removed by a concurrent [`clean_stale`] before its lock is held.
+const CREATE_ATTEMPTS: u32 = 16;
+
+/// `dest` without trailing separators, after checking that it can name a new
+/// store: its last component is a name (not `.`, `..`, empty or the root), it
+/// does not exist, and no existing ancestor is anything but a directory. Nothing
+/// on disk changes, so a refused path leaves no trace.
+pub(crate) fn check_destination(dest: &Path) -> Result<PathBuf> {
+    let raw = dest.as_os_str().as_encoded_bytes();
+    let trimmed = raw.strip_suffix(b"/").map_or(raw, |mut r| {
+        while let Some(s) = r.strip_suffix(b"/") {
+            r = s;
+        }
+        r
+    });
+    let last = trimmed.rsplit(|&b| b == b'/').next().unwrap_or(trimmed);
+    let why = if raw.is_empty() {
+        Some("; this one is empty")
+    } else if trimmed.is_empty() {
+        Some("; this one is the root directory")
+    } else if last == b"." || last == b".." {
+        Some(", not '.' or '..'")
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        return Err(Error::InvalidArgument(format!(
+            "{dest:?}: a store path must end in a directory name{why}"
+        )));
+    }
+    let dest_path = PathBuf::from(std::ffi::OsStr::from_bytes(trimmed));
+    if dest_path.symlink_metadata().is_ok() {
+        return Err(Error::Exists(dest_path));
+    }
+    // The nearest existing ancestor must be a directory; a missing one is made
+    // when the build directory is.
+    for above in dest_path.ancestors().skip(1) {
+        if above.as_os_str().is_empty() {
+            break;
+        }
+        match fs::metadata(above) {
+            Ok(m) if m.is_dir() => break,
+            Ok(_) => {
+                return Err(Error::InvalidArgument(format!(
+                    "{dest:?}: cannot create a store under {above:?}: not a directory"
+                )))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => continue,
+            // Anything else (a permission refused) is for creating the
+            // directories to report, with the path it happened on.
+            Err(_) => break,
+        }
+    }
+    Ok(dest_path)
+}
+
+/// A hidden sibling of `dest` to build it in: `.NAME.tmp-PID-XXXXXXXX`, which
+/// [`is_build_dir_name`] recognises.
+pub fn temp_sibling(dest: &Path) -> Result<PathBuf> {
+    let name = dest.file_name().ok_or_else(|| {
+        Error::InvalidArgument(format!("{}: not a valid store path", dest.display()))
+    })?;
+    static SEQUENCE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    // Two builds of one destination in one process within a clock tick still
+    // get different names.
+    let salt = SEQUENCE
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        .wrapping_mul(0x9e37_79b9);
+    let tmp_name = format!(
+        ".{}.tmp-{}-{:08x}",
+        name.to_string_lossy(),
+        std::process::id(),
+        nanos ^ salt
+    );
+    Ok(dest.with_file_name(tmp_name))
+}
+
+/// Whether `name` is one [`temp_sibling`] makes: a dot, a non-empty name,
+/// `.tmp-`, decimal digits, `-` and exactly eight lowercase hex digits.
+pub fn is_build_dir_name(name: &std::ffi::OsStr) -> bool {
+    let b = name.as_encoded_bytes();
+    let Some(rest) = b.strip_prefix(b".") else {
+        return false;
+    };
+    let Some(at) = rest.windows(5).rposition(|w| w == b".tmp-") else {
+        return false;
+    };
+    let (store, suffix) = (&rest[..at], &rest[at + 5..]);
+    let Some(dash) = suffix.iter().position(|&c| c == b'-') else {
+        return false;
+    };
+    let (pid, hex) = (&suffix[..dash], &suffix[dash + 1..]);
+    !store.is_empty()
+        && !pid.is_empty()
+        && pid.iter().all(u8::is_ascii_digit)
+        && hex.len() == 8
+        && hex.iter().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Refuses `path` when it, or a directory it lies in, is a build directory: one
+/// that was never published. A complete build (header written, rename not yet
+/// made) would otherwise open and verify like the store it was meant to become.
+pub(crate) fn check_not_build_dir(path: &Path) -> Result<()> {
+    // The real path, so that neither a link nor `..` hides a build directory; a
+    // path that cannot be resolved is for the open itself to report.
+    let Ok(real) = fs::canonicalize(path) else {
+        return Ok(());
+    };
+    let mut dir = PathBuf::new();
+    for part in real.components() {
+        dir.push(part);
+        if is_build_dir_name(part.as_os_str()) {
+            let what = if dir == real {
+                "an unpublished build directory".to_string()
+            } else {
+                format!("inside {}, an unpublished build directory", dir.display())
+            };
+            return Err(Error::corrupt(
+                path,
+                format!(
+                    "{what}: a writer's temporary directory, never published. Once no \
+                     writer holds it, cleaning its parent directory removes it"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Takes the exclusive lock on the open lock file `f` without waiting; false when
+/// another open file holds it.
+fn try_lock(f: &File) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock only reads the descriptor number, which `f` keeps open.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EWOULDBLOCK) => Ok(false),
+        _ => Err(e),
+    }
+}
+
+/// Whether the open file `f` is still the file at `path` (not one unlinked
+/// meanwhile and replaced, or removed with its directory).
+fn still_at(f: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (f.metadata(), fs::symlink_metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// A hidden directory beside its destination in which a store (or a tree of
+/// stores) is built, and from which [`BuildDir::publish`] renames it into place.
+/// Its owner holds an exclusive lock on a file inside it for the whole build, so
+/// [`clean_stale`] can tell a dead owner's directory from a live one. Dropped
+/// unpublished, the directory and everything in it are removed.
+pub struct BuildDir {
+    dest: PathBuf,
+    path: PathBuf,
+    /// Held open (and so locked) until the directory is published or removed.
+    _lock: File,
+    published: bool,
+}
+
+impl BuildDir {
+    /// Creates the build directory of `dest`, and `dest`'s missing parents, after
+    /// checking `dest` the way [`Writer::create`] does.
+    pub fn create(dest: &Path) -> Result<BuildDir> {
+        let dest = check_destination(dest)?;
+        if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
+            fs::create_dir_all(parent).at(parent)?;
+        }
+        let mut last = None;
+        for _ in 0..CREATE_ATTEMPTS {
+            let path = temp_sibling(&dest)?;
+            match fs::create_dir(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    last = Some(Error::io(&path, e));
+                    continue;
+                }
+                Err(e) => return Err(Error::io(&path, e)),
+            }
+            let lp = path.join(LOCK_FILE);
+            let lock = match OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&lp)
+            {
+                Ok(f) => f,
+                // A clean_stale that found the directory empty removed it.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    last = Some(Error::io(&lp, e));
+                    continue;
+                }
+                Err(e) => {
+                    let _ = fs::remove_dir_all(&path);
+                    return Err(Error::io(&lp, e));
+                }
+            };
+            // On a filesystem without flock the build goes unlocked: clean_stale
+            // cannot lock it there either, so it leaves it alone.
+            let held = try_lock(&lock).unwrap_or(true);
+            // Not held, or held on a file no longer there: a clean_stale took the
+            // lock first and removes (or removed) this directory. Start afresh.
+            if !held || !still_at(&lock, &lp) {
+                last = Some(Error::io(
+                    &lp,
+                    std::io::Error::other("removed while it was being created"),
+                ));
+                continue;
+            }
+            return Ok(BuildDir {
+                dest,
+                path,
+                _lock: lock,
+                published: false,
+            });
+        }
+        Err(last.unwrap_or_else(|| Error::Internal("no build directory attempt was made".into())))
+    }
+
+    /// The build directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Where [`BuildDir::publish`] puts it.
+    pub fn dest(&self) -> &Path {
+        &self.dest
+    }
+
+    /// Publishes the build: fsyncs the directory, renames it to the destination
+    /// without replacing anything there, and fsyncs the destination's parent.
+    ///
+    /// Either nothing is published (any error but the last, and the build is
+    /// removed) or the store is in place. When only the final fsync fails, the
+    /// store is in place and readable but its directory entry may not survive a
+    /// crash: that is [`Error::PublishedNotDurable`], never a plain I/O error, so
+    /// that nobody retries a publish that happened.
+    pub fn publish(mut self) -> Result<()> {
+        fsync_dir(&self.path)?;
+        rename_no_replace(&self.path, &self.dest)?;
+        self.published = true;
+        // The lock file did its work; a published store holds only its own
+        // files. Should the unlink fail, an empty stray file is harmless: readers
+        // open files by name and never list the directory.
+        let _ = fs::remove_file(self.dest.join(LOCK_FILE));
+        let parent = match self.dest.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        File::open(&parent)
+            .and_then(|d| d.sync_all())
+            .map_err(|source| Error::PublishedNotDurable {
+                path: self.dest.clone(),
+                parent,
+                source,
+            })
+    }
+}
+
+impl Drop for BuildDir {
+    fn drop(&mut self) {
+        // The lock closes after this body, with the fields: the directory is
+        // gone before a clean_stale could take the lock and find it.
+        if !self.published {
+            let _ = fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// Removes the build directories directly inside `parent` whose owner is gone
+/// (a writer or converter killed before it published or discarded them), and
+/// returns their paths. A directory whose lock is held (its owner is alive,
+/// in this or any process) is left alone, and so is one this function cannot
+/// prove abandoned: one with files but no lock file. An empty one is removed:
+/// its owner died before making its lock, or, still creating it, will notice
+/// and pick a new name.
+pub fn clean_stale(parent: &Path) -> Result<Vec<PathBuf>> {
+    let mut removed = Vec::new();
+    for entry in fs::read_dir(parent).at(parent)? {
+        let entry = entry.at(parent)?;
+        if !is_build_dir_name(&entry.file_name()) {
+            continue;
+        }
+        let path = entry.path();
+        // Never through a link: only a real directory here is a build.
+        match fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() => {}
+            _ => continue,
+        }
+        let lp = path.join(LOCK_FILE);
+        let lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&lp);
+        let lock = match lock {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // Removing a directory only succeeds while it is empty.
+                if fs::remove_dir(&path).is_ok() {
+                    removed.push(path);
+                }
+                continue;
+            }
+            Err(_) => continue,
+        };
+        if !matches!(try_lock(&lock), Ok(true)) || !still_at(&lock, &lp) {
+            continue;
+        }
+        fs::remove_dir_all(&path).at(&path)?;
+        drop(lock);
+        removed.push(path);
+    }
+    removed.sort();
+    Ok(removed)
+}
+
+/// Writes a new file holding `bytes`, durably, and returns its size and xxh3-64.
+pub(crate) fn write_whole(path: &Path, bytes: &[u8]) -> Result<(u64, u64)> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .at(path)?;
+    f.write_all(bytes).and_then(|_| f.sync_all()).at(path)?;
+    Ok((bytes.len() as u64, xxh3_64(bytes)))
+}
+
+/// Writes `header` into `build` as its `header.bin`, durably, and publishes the
+/// build; returns the header's checksum. Every other file of the store must
+/// already be written and synced: the header is what makes a directory a store,
+/// so it is the last file written, by the writer and by concatenation alike.
+pub(crate) fn publish_with_header(build: BuildDir, header: &Header) -> Result<u64> {
+    let bytes = header.encode();
+    let hp = build.path().join(format::HEADER_FILE);
+    let mut hf = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&hp)
+        .at(&hp)?;
+    hf.write_all(&bytes).and_then(|_| hf.sync_all()).at(&hp)?;
+    build.publish()?;
+    Ok(format::le_u64(&bytes, bytes.len() - 8))
+}
+
+fn fsync_dir(path: &Path) -> Result<()> {
+    File::open(path).and_then(|d| d.sync_all()).at(path)
+}
+
+/// Renames `from` to `to`, failing if `to` exists (even as an empty directory,
+/// which a plain rename would silently replace).
+fn rename_no_replace(from: &Path, to: &Path) -> Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::ffi::CString;
+        use std::os::unix::ffi::OsStrExt;
+        let c = |p: &Path| {
+            CString::new(p.as_os_str().as_bytes()).map_err(|_| {
+                Error::InvalidArgument(format!("{}: path contains a NUL byte", p.display()))
+            })
+        };
+        let (a, b) = (c(from)?, c(to)?);
+        // SAFETY: both are valid NUL-terminated paths; AT_FDCWD resolves them
+        // relative to the working directory like `fs::rename` does.
+        let rc = unsafe {
+            libc::renameat2(
+                libc::AT_FDCWD,
+                a.as_ptr(),
+                libc::AT_FDCWD,
+                b.as_ptr(),
+                libc::RENAME_NOREPLACE,
+            )
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = std::io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EEXIST) => return Err(Error::Exists(to.to_path_buf())),
+            // Filesystems without RENAME_NOREPLACE fall back to check-then-rename.
+            Some(libc::EINVAL) | Some(libc::ENOSYS) => {}
+            _ => return Err(Error::io(to, err)),
+        }
+    }
+    if to.symlink_metadata().is_ok() {
+        return Err(Error::Exists(to.to_path_buf()));
+    }
+    fs::rename(from, to).at(to)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn build_dir_names_are_exactly_the_ones_temp_sibling_makes() {
+        for dest in ["s", "a/b/s", "/x/y.tmp-1-00000000", "weird .tmp- name"] {
+            let tmp = temp_sibling(Path::new(dest)).unwrap();
+            assert!(is_build_dir_name(tmp.file_name().unwrap()), "{tmp:?}");
+        }
+        for name in [
+            "s",
+            ".s",
+            ".s.tmp",
+            "..tmp-1-0000abcd",
+            "s.tmp-1-0000abcd",
+            ".s.tmp--0000abcd",
+            ".s.tmp-1-0000abc",
+            ".s.tmp-1-0000abcde",
+            ".s.tmp-1-0000ABCD",
+            ".s.tmp-x-0000abcd",
+        ] {
+            assert!(!is_build_dir_name(std::ffi::OsStr::new(name)), "{name}");
+        }
+        assert!(is_build_dir_name(std::ffi::OsStr::new(".s.tmp-1-0000abcd")));
+    }
+
+    #[test]
+    fn clean_stale_spares_a_live_build_and_removes_a_dead_one() {
+        let root = tempfile::tempdir().unwrap();
+        let live = BuildDir::create(&root.path().join("live")).unwrap();
+        fs::write(live.path().join("data-000.bin"), b"x").unwrap();
+        // A build whose owner died: its lock file is there, its lock is not held.
+        let dead = root.path().join(".dead.tmp-1-00000001");
+        fs::create_dir(&dead).unwrap();
+        fs::write(dead.join(LOCK_FILE), b"").unwrap();
+        fs::write(dead.join("header.bin"), b"x").unwrap();
+        assert_eq!(clean_stale(root.path()).unwrap(), vec![dead.clone()]);
+        assert!(live.path().is_dir());
+        let kept = live
+            .path()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        assert_eq!(names(root.path()), vec![kept]);
+        live.publish().unwrap();
+        assert_eq!(names(root.path()), vec!["live".to_string()]);
+        assert!(names(&root.path().join("live"))
+            .iter()
+            .all(|n| n != LOCK_FILE));
+        assert_eq!(clean_stale(root.path()).unwrap(), Vec::<PathBuf>::new());
+    }
+}
