@@ -14,12 +14,12 @@ def rng():
 @pytest.fixture(scope="session")
 def fake_runtime(tmp_path_factory):
     """A library with the CUDA and HIP entry points whose "device" memory is host
-    memory, built from tests/fake_gpu_runtime.c."""
+    memory, built from tests/support/fake_gpu_runtime.c."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         pytest.skip("no C compiler to build the fake GPU runtime")
     lib = tmp_path_factory.mktemp("fake-gpu") / "libfakegpu.so"
-    source = Path(__file__).with_name("fake_gpu_runtime.c")
+    source = Path(__file__).parent / "support" / "fake_gpu_runtime.c"
     subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(lib), str(source)], check=True)
     return lib
 
@@ -29,7 +29,7 @@ def host(t):
     return np.from_dlpack(t)
 
 
-# Servers for the remote-store tests (tests/remote_servers.py), all on 127.0.0.1.
+# Servers for the remote-store tests (tests/support/remote_servers.py), all on 127.0.0.1.
 
 
 @pytest.fixture

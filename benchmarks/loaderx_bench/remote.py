@@ -8,7 +8,7 @@ geometry; the output says which):
 * images: Dense uint8 (3, 224, 224) records, batch 64;
 * tokens: Ragged int32 token sequences, batch 256.
 
-The stores are served by ``tests/remote_servers.py``: its HTTP server with byte
+The stores are served by ``tests/support/remote_servers.py``: its HTTP server with byte
 ranges, in a process of its own, and in front of it, for each latency, its proxy
 (also a process of its own) sleeping that long before forwarding each request. So
 every request costs one added round trip, as against an object store some
@@ -57,7 +57,7 @@ from loaderx_bench.paths import REPO
 from loaderx_bench.report import finish_results, fmt_num, start_results, table, write_results
 from loaderx_bench.workers import emit, run_backend
 
-SERVERS = REPO / "tests" / "remote_servers.py"
+SERVERS = REPO / "tests" / "support" / "remote_servers.py"
 BATCH = {"dense": 64, "ragged": 256}
 # object_store's HTTP store refuses plain http:// unless allowed.
 HTTP_OPTIONS = {"allow_http": "true"}
@@ -118,7 +118,7 @@ def same(kind: str, got, want) -> bool:
 
 
 class Served:
-    """``tests/remote_servers.py`` run as a child process: ``serve DIR``, ``proxy URL
+    """``tests/support/remote_servers.py`` run as a child process: ``serve DIR``, ``proxy URL
     --latency-ms X`` or ``s3 DIR``. ``info`` is what it printed on starting (its
     ``url``, and more for ``s3``); ``close()`` stops it and returns what it counted."""
 

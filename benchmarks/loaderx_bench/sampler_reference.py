@@ -1,6 +1,6 @@
 """A pure-Python model of the Sampler's three batch functions, written from
 ``docs/sampler.md`` alone (plain integers, no NumPy in the arithmetic). The same
-model as ``tests/sampler_reference.py``, which the tests check the native Sampler
+model as ``tests/support/sampler_reference.py``, which the tests check the native Sampler
 against bit for bit; ``loaderx_bench.sampler`` checks the outputs it times against
 this copy, since the benchmarks do not import the tests."""
 

@@ -1,4 +1,4 @@
-# Type stubs of the native extension. tests/test_stubs.py keeps them in step with
+# Type stubs of the native extension. tests/package/test_stubs.py keeps them in step with
 # the module: the same names, the parameter names PyO3 reports, and, for every
 # property, method and constant, a runtime value of the annotated type.
 from collections.abc import Callable, Sequence

@@ -1,5 +1,5 @@
 """The cuda and amdgpu allocators, against a fake runtime built from
-tests/fake_gpu_runtime.c (device memory is host memory there, so the tests can
+tests/support/fake_gpu_runtime.c (device memory is host memory there, so the tests can
 read what a gather put on the "device"), and the runtime discovery order."""
 
 import ctypes
@@ -22,7 +22,7 @@ from loaderx.dataloader import Loader
 from loaderx.errors import DeviceError
 from loaderx.zrecord import Dense, Ragged, RaggedBatch
 
-HERE = Path(__file__).parent
+SUPPORT = Path(__file__).parents[1] / "support"
 KDL_CUDA, KDL_ROCM = 2, 10
 
 
@@ -228,7 +228,7 @@ def test_device_errors(fake, monkeypatch):
     monkeypatch.setenv("FAKE_GPU_DEVICES", "0")
     with pytest.raises(RuntimeError, match="counting devices failed: no GPU device is present"):
         amdgpu.Allocator()
-    monkeypatch.setenv("LOADERX_CUDA_LIBRARY", str(HERE / "fake_gpu_runtime.c"))
+    monkeypatch.setenv("LOADERX_CUDA_LIBRARY", str(SUPPORT / "fake_gpu_runtime.c"))
     with pytest.raises(RuntimeError, match="cannot load .*fake_gpu_runtime.c"):
         cuda.Allocator()
 

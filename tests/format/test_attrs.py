@@ -13,9 +13,9 @@ from loaderx import _native
 from loaderx.errors import InvalidArgumentError, ZrecordError
 from loaderx.zrecord import Dense, Ragged, RaggedBatch
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "crates" / "zrecord" / "tests" / "golden"
-DATA = pathlib.Path(__file__).resolve().parent / "data"
+DATA = REPO / "tests" / "support" / "data"
 
 ATTRS = {
     "classes": ["cat", "dog", "ünïcode"],
@@ -173,7 +173,7 @@ def test_a_version_1_store_opens_without_attributes():
 
 
 def test_the_committed_version_2_store_reads_back():
-    # Written once by Dense.create (as tests/data/README.md shows); a writer that
+    # Written once by Dense.create (as tests/support/data/README.md shows); a writer that
     # changed the bytes of attrs.json or the header would fail here.
     r = Dense.open(DATA / "dense-attrs-v2")
     assert r.format_version == 2

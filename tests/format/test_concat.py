@@ -307,7 +307,7 @@ def test_a_damaged_source_publishes_nothing(tmp_path):
     assert not (tmp_path / "out2").exists()
 
 
-# ---- faults injected into a child process (tests/fs_faults.c) ----------------
+# ---- faults injected into a child process (tests/support/fs_faults.c) ----------------
 
 CONCAT = textwrap.dedent(
     """

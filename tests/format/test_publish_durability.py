@@ -1,6 +1,6 @@
 """Publishing is all or nothing, and a failure says which of the two happened.
 
-Faults come from tests/fs_faults.c, preloaded into a child process: a directory
+Faults come from tests/support/fs_faults.c, preloaded into a child process: a directory
 fsync that fails with EIO before or after the rename that publishes."""
 
 import json

@@ -1,7 +1,7 @@
 """Data-parallel loading in one process: explicit process slices, where the rank
 and world size come from, the checks on them, elastic resume, per-record random
 generators, and loaderx.jax.global_arrays on this process's devices.
-tests/test_multiprocess.py runs the same in real process groups."""
+tests/loader/test_multiprocess.py runs the same in real process groups."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 through torch.distributed (gloo) or JAX's distributed runtime on CPU, each
 building a Loader that takes its rank and world size from the runtime. The two
 groups run side by side and each resumes from the state the other saved.
-tests/multiprocess_loader.py is the child process."""
+tests/support/multiprocess_loader.py is the child process."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ pytest.importorskip("PIL")
 
 from loaderx.zrecord import Dense, Ragged  # noqa: E402
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "data2latent"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "data2latent"
 PHOTOS, BATCH = 2, 4
 N = PHOTOS * 9  # common.VARIANTS per photo
 LAYOUTS = ("dense", "ragged")

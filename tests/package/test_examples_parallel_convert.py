@@ -14,7 +14,7 @@ import numpy as np
 
 from loaderx.zrecord import Dense, Ragged
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "parallel_convert" / "convert.py"
 sys.path.insert(0, str(ROOT / "examples" / "word2vec"))
 from prepare import docstrings, sentences, stdlib_files  # noqa: E402

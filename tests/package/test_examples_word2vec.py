@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "examples" / "word2vec" / "run.py"
 # The padded/packed loss tolerance examples/word2vec/README.md states.
 TOLERANCE = 1e-4

@@ -119,13 +119,18 @@ def run_python(code, env_extra, home):
     """Runs `code` in a new interpreter whose environment is this one's plus
     `env_extra`, with HOME at `home` (no user configuration); returns its stdout."""
     env = {**os.environ, "HOME": str(home), **env_extra}
+    # The child imports test_remote, which imports conftest and tests/support.
+    here = os.path.dirname(os.path.abspath(__file__))
+    tests = os.path.dirname(here)
+    path = [here, tests, os.path.join(tests, "support"), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(path)
     out = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         env=env,
         capture_output=True,
         text=True,
         timeout=60,
-        cwd=os.path.dirname(__file__),
+        cwd=here,
     )
     assert out.returncode == 0, out.stderr
     return out.stdout

@@ -1,4 +1,4 @@
-"""The servers the remote-store tests use (tests/remote_servers.py) behave as documented:
+"""The servers the remote-store tests use (tests/support/remote_servers.py) behave as documented:
 exact bytes for byte ranges, the faults and latency the proxy is told to add, restarts
 on the same port. Plain http.client / urllib clients, so that a failure here points at
 the servers, not at the library."""

@@ -1,4 +1,4 @@
-"""Builds tests/fs_faults.c and runs Python code in a child process under it."""
+"""Builds tests/support/fs_faults.c and runs Python code in a child process under it."""
 
 import os
 import shutil
@@ -15,7 +15,7 @@ def build(tmp_path_factory) -> Path:
     """The fault library, compiled with the system C compiler (skips without one)."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        pytest.skip("no C compiler (cc or gcc) to build tests/fs_faults.c")
+        pytest.skip("no C compiler (cc or gcc) to build tests/support/fs_faults.c")
     lib = tmp_path_factory.mktemp("fs-faults") / "libfsfaults.so"
     subprocess.run(
         [cc, "-shared", "-fPIC", "-O1", "-o", str(lib), str(HERE / "fs_faults.c"), "-ldl"],

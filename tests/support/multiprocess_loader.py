@@ -1,4 +1,4 @@
-"""The stores, loaders and child processes of tests/test_multiprocess.py.
+"""The stores, loaders and child processes of tests/loader/test_multiprocess.py.
 
 Run as a script, this is one process of a data-parallel group:
 

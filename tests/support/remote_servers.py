@@ -19,9 +19,9 @@ benchmark can run the servers in processes of their own (away from the measured
 process's GIL); each prints one JSON line with its URL and stops when its standard
 input closes::
 
-    python tests/remote_servers.py serve DIR
-    python tests/remote_servers.py proxy http://127.0.0.1:PORT --latency-ms 10
-    python tests/remote_servers.py s3 DIR --bucket NAME   (DIR's files at s3://NAME/)
+    python tests/support/remote_servers.py serve DIR
+    python tests/support/remote_servers.py proxy http://127.0.0.1:PORT --latency-ms 10
+    python tests/support/remote_servers.py s3 DIR --bucket NAME   (DIR's files at s3://NAME/)
 """
 
 from __future__ import annotations

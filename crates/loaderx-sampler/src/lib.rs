@@ -4,7 +4,7 @@
 //! is carried from one draw to the next, so a run resumes at any step in O(1) and
 //! two processes with the same arguments produce the same indices bit for bit.
 //! The exact algorithms (constants included) are written down in `docs/sampler.md`;
-//! the pure-Python `tests/sampler_reference.py` reproduces them.
+//! the pure-Python `tests/support/sampler_reference.py` reproduces them.
 //!
 //! * [`Mode::Sequential`]: position `(step * batch + i) mod length`.
 //! * [`Mode::Iid`]: draw number `n = step * batch + i (mod 2^64)` of a SplitMix64
