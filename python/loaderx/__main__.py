@@ -47,22 +47,15 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from . import _native
 from .errors import InvalidArgumentError, LoaderxError
 from .utils import codec_advice
-from .zrecord import (
-    Dense,
-    Ragged,
-    ZrecordError,
-    _Remote,  # pyright: ignore[reportPrivateUsage]
-    _storage_options,  # pyright: ignore[reportPrivateUsage]
-    clean,
-    concat,
-)
+from .zrecord import Dense, Ragged, StorageOptions, ZrecordError, clean, concat
+from .zrecord import open as open_store
 
 __all__ = ["find_stores", "main", "store_info"]
 
@@ -82,15 +75,11 @@ def _is_url(path: str) -> bool:
 
 def _open(path: str, storage_options: Mapping[str, str] | None = None) -> Dense | Ragged:
     """A reader of whichever kind the store at `path` (or URL) is."""
-    if _native.is_url(path):
-        remote = _Remote(path, _storage_options(storage_options), None)
-        native = _native.Store.open_url(path, list(remote.options))
-        cls = Dense if native.kind == "dense" else Ragged
-        return cls(native, path, remote=remote)
-    if storage_options:
-        raise InvalidArgumentError(f"{path}: storage options apply to store URLs only")
-    native = _native.Store.open(path)
-    return Dense(native, path) if native.kind == "dense" else Ragged(native, path)
+    if not _native.is_url(path):
+        if storage_options:
+            raise InvalidArgumentError(f"{path}: storage options apply to store URLs only")
+        return open_store(path)
+    return open_store(path, storage_options=cast(StorageOptions, storage_options))
 
 
 def find_stores(path: str) -> list[str]:

@@ -6,6 +6,7 @@ import json
 import math
 import numbers
 import operator
+import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 CODECS: tuple[str, ...] = _native.CODECS
-MAX_SHARDS: int = _native.MAX_DATA_SHARDS
+MAX_DATA_SHARDS: int = _native.MAX_DATA_SHARDS
 MAX_ATTRS_BYTES: int = _native.MAX_ATTRS_BYTES
 
 # The element types a store holds, by NumPy name: exactly those DLPack represents
@@ -105,13 +106,27 @@ def check_item_shape(item_shape: object) -> tuple[int, ...]:
     return tuple(check_int(d, "item_shape dimension", 0) for d in dims)
 
 
+def fspath(path: object, what: str = "path") -> str:
+    """`path` (a str or os.PathLike) as a str."""
+    try:
+        return os.fspath(cast("str | os.PathLike[str]", path))
+    except TypeError:
+        raise TypeError(f"{what} must be a str or os.PathLike, got {type(path).__name__}") from None
+
+
+def codec_problem(codec: object) -> str | None:
+    """Why `codec` names no codec, or None when it names one."""
+    if isinstance(codec, str) and codec in CODECS:
+        return None
+    return f"codec must be one of {', '.join(map(repr, CODECS))}, got {codec!r}"
+
+
 def check_codec(codec: object, dict_bytes: object) -> bytes | None:
     """`dict_bytes` as bytes. Whether the codec needs a dictionary is checked by
     the writer, which owns that rule."""
-    if not isinstance(codec, str) or codec not in CODECS:
-        raise InvalidArgumentError(
-            f"codec must be one of {', '.join(map(repr, CODECS))}, got {codec!r}"
-        )
+    problem = codec_problem(codec)
+    if problem is not None:
+        raise InvalidArgumentError(problem)
     if dict_bytes is None:
         return None
     if not isinstance(dict_bytes, (bytes, bytearray, memoryview)):

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 from jax.sharding import Sharding
 
-from . import _native
+from ._host import dlpack_device, on_host
 from .dataloader import StepInfo
 from .errors import InvalidArgumentError
 from .zrecord import RaggedBatch
@@ -95,16 +95,13 @@ def _host(value: object, name: str, binding: int) -> npt.NDArray[np.generic]:
             "make no global array; pad or pack them into a dense array in the "
             "transform, then pass that"
         )
-    device: Any = getattr(value, "__dlpack_device__", None)
-    if not callable(device):
+    if dlpack_device(value) is None:
         raise TypeError(f"{where} is a {type(value).__name__}, not a DLPack array")
-    place: Any = device()
-    kind = int(place[0])
-    if kind != _native.DL_CPU:
-        raise InvalidArgumentError(
-            f"{where} is in device memory (DLPack device type {kind}); global_arrays "
-            "places host rows on the devices, so bind these readers to host allocators"
-        )
+    on_host(
+        value,
+        where,
+        "global_arrays places host rows on the devices, so bind these readers to host allocators",
+    )
     array: npt.NDArray[np.generic] = np.from_dlpack(value)  # pyright: ignore[reportArgumentType]
     if array.ndim == 0:
         raise InvalidArgumentError(f"{where} is a scalar; expected a first dimension of records")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias, cast
 import numpy as np
 
 from . import _native
+from ._host import host_numpy, on_host
 from ._schema import check_dtype, check_int
 from .errors import InvalidArgumentError
 from .zrecord import Dense, DenseWriter, DLTensor, Ragged, RaggedBatch, RaggedWriter
@@ -137,14 +138,9 @@ def _sample(source: DictSource, budget: int, rng: np.random.Generator) -> list[_
 
 def _host(a: npt.NDArray[np.generic] | DLTensor, what: str) -> npt.NDArray[np.generic]:
     """A NumPy view of a host array or DLTensor of a storable dtype."""
-    if isinstance(a, DLTensor):
-        if a.device[0] != 1:
-            raise InvalidArgumentError(
-                f"{what} is not in host memory; transfer it explicitly first"
-            )
-        a = np.from_dlpack(a)
-    check_dtype(a.dtype)
-    return a
+    arr = host_numpy(a, what)
+    check_dtype(arr.dtype)
+    return arr
 
 
 def _bytes_of(a: npt.NDArray[np.generic]) -> _Bytes:
@@ -250,10 +246,7 @@ def _ragged_store_sample(store: Ragged, budget: int, rng: np.random.Generator) -
 
 def _ragged_batch_sample(batch: RaggedBatch, budget: int, rng: np.random.Generator) -> list[_Bytes]:
     """Evenly spread records of a packed host batch (all sizes known up front)."""
-    if batch.device[0] != 1:
-        raise InvalidArgumentError(
-            "the RaggedBatch is not in host memory; transfer it explicitly first"
-        )
+    on_host(batch.values, "the RaggedBatch", "transfer it to the host explicitly")
     values = np.from_dlpack(batch.values)
     cu = np.from_dlpack(batch.cu_seqlens)
     itemsize = values.dtype.itemsize

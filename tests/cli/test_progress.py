@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-import loaderx.zrecord as zrecord
+import loaderx.zrecord._reader as zrecord_reader
 from loaderx import progress
 from loaderx.errors import ZrecordError
 from loaderx.progress import ProgressEvent
@@ -128,11 +128,11 @@ def test_verify_reports_the_stored_bytes_in_steps(tmp_path, monkeypatch):
     with Dense.create(tmp_path / "d", np.int32, (256,), codec="zstd", data_shards=3) as w:
         w.append(rng.integers(0, 50, (300, 256), dtype=np.int32))
     r = Dense.open(tmp_path / "d")
-    _, stored = r._store().record_sizes(0, len(r))
+    stored = r.record_sizes().stored
     total = int(stored.sum())
     assert total == sum((tmp_path / "d" / f"data-00{k}.bin").stat().st_size for k in range(3))
-    monkeypatch.setattr(zrecord, "_VERIFY_STEP_BYTES", 10_000)
-    monkeypatch.setattr(zrecord, "_INDEX_STEP", 64)
+    monkeypatch.setattr(zrecord_reader, "VERIFY_STEP_BYTES", 10_000)
+    monkeypatch.setattr(zrecord_reader, "INDEX_STEP", 64)
     events = []
     r.verify(progress=events.append)
     done = [e.done for e in events]
