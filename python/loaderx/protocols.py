@@ -101,10 +101,10 @@ class SizedSampler(IndexSampler, Protocol):
 class ConfiguredSampler(IndexSampler, Protocol):
     """A sampler that names its sequence of batches.
 
-    ``_config()`` returns JSON data (``dict`` with ``str`` keys, ``list``,
+    ``config()`` returns JSON data (``dict`` with ``str`` keys, ``list``,
     ``tuple``, ``str``, ``int``, ``bool`` or ``None``) that differs between
     samplers whose sequences differ: ``loaderx.sampler.Sampler`` returns
     ``(length, batch_size, mode name, seed)``. The Loader stores it in its resume
     state and refuses a state taken with another."""
 
-    def _config(self) -> object: ...
+    def config(self) -> object: ...

@@ -57,7 +57,9 @@ class Sampler(_native.Sampler):
 
     Methods: ``next()`` (also ``next(sampler)`` and ``for batch in sampler``, which
     never ends) returns the reusable buffer filled with the current step's batch and
-    advances one step; ``seek(step)`` makes the next draw return batch ``step``.
+    advances one step; ``seek(step)`` makes the next draw return batch ``step``;
+    ``config()`` names the sequence of batches for the Loader's resume state.
+    ``batch_size`` is readable.
 
     A Sampler is meant for one consumer thread; concurrent draws from several
     threads on the same object are not supported.
@@ -90,7 +92,12 @@ class Sampler(_native.Sampler):
             )
         return super().__new__(cls, length, batch_size, mode.value, seed)
 
-    def _config(self) -> tuple[int, int, str, int]:
+    @property
+    def batch_size(self) -> int:
+        """Positions per batch."""
+        return self._state()[1]
+
+    def config(self) -> tuple[int, int, str, int]:
         """``(length, batch_size, mode name, seed)``: what identifies this sampler's
         sequence of batches (the Loader stores it in its resume state)."""
         length, batch_size, mode, seed, _ = self._state()
@@ -195,7 +202,7 @@ class MixtureSampler(_native.MixtureSampler):
         """Positions per batch."""
         return self._state()[2]
 
-    def _config(self) -> dict[str, object]:
+    def config(self) -> dict[str, object]:
         """What identifies this sampler's sequence of batches (the Loader stores it
         in its resume state): the ranges, the integer weights, the batch size, each
         range's mode name and the seed."""

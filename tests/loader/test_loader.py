@@ -35,7 +35,7 @@ class Strided:
     def seek(self, step):
         self.step = step
 
-    def _config(self):
+    def config(self):
         return ("strided", self.batch_size, self.n)
 
     def batch(self, k):

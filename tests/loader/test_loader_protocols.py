@@ -51,7 +51,7 @@ def test_loaderx_readers_and_sampler_satisfy_the_protocols(readers):
     s = Sampler(N, 4, Sampler.Mode.CYCLIC, seed=1)
     assert [
         isinstance(s, p) for p in (IndexSampler, SeekableSampler, ConfiguredSampler, SizedSampler)
-    ] == [True, True, True, False]
+    ] == [True, True, True, True]
     assert [
         isinstance(OnlyNext(), p)
         for p in (IndexSampler, SeekableSampler, ConfiguredSampler, SizedSampler)

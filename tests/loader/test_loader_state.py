@@ -49,10 +49,10 @@ class Named:
 
 
 class Configured:
-    """A custom sampler whose _config() returns the given value."""
+    """A custom sampler whose config() returns the given value."""
 
     def __init__(self, config, batch_size=4):
-        self.config, self.batch_size, self.step = config, batch_size, 0
+        self._value, self.batch_size, self.step = config, batch_size, 0
 
     def next(self):
         out = np.arange(self.step * self.batch_size, (self.step + 1) * self.batch_size) % N
@@ -62,8 +62,8 @@ class Configured:
     def seek(self, step):
         self.step = step
 
-    def _config(self):
-        return self.config
+    def config(self):
+        return self._value
 
 
 def ident(reader):
@@ -306,9 +306,9 @@ def test_a_custom_sampler_config_that_is_not_json_is_a_type_error(stores, config
             loader.state_dict()
     message = str(info.value)
     if what is None:
-        assert message == "the sampler's _config() has the key 1; resume states use str keys only"
+        assert message == "the sampler's config() has the key 1; resume states use str keys only"
     else:
-        assert message.startswith(f"the sampler's _config() holds a {what}")
+        assert message.startswith(f"the sampler's config() holds a {what}")
         assert message.endswith(
             "; resume states hold only dict, list, str, int, bool and None, "
             "so that they survive JSON"

@@ -146,7 +146,7 @@ def test_loader_over_remote_readers(tmp_path, range_server):
         def seek(self, step):
             self.step = step
 
-        def _config(self):
+        def config(self):
             return ("fixed", 16)
 
     for workers in (0, 2):

@@ -84,7 +84,7 @@ def test_batches_equal_the_model_of_the_documented_algorithm():
         ranges, weights, batch_size, modes, seed = model_args(rng)
         s = MixtureSampler(ranges, weights, batch_size, modes, seed=seed)
         m = mref.Mixture(ranges, weights, batch_size, [mode.name for mode in modes], seed)
-        assert s._config()["weights"] == m.weights
+        assert s.config()["weights"] == m.weights
         for step in [0, 1, 2, rng.randrange(1000), rng.randrange(2**64)]:
             s.seek(step)
             assert s.next().tolist() == m.batch(step), (ranges, weights, modes, step)
@@ -100,18 +100,18 @@ def test_float_weights_become_the_documented_integers():
     ]
     for weights in cases:
         s = MixtureSampler.from_lengths([5] * len(weights), weights, 4)
-        assert s._config()["weights"] == mref.integer_weights([float(w) for w in weights])
-    assert MixtureSampler.from_lengths([5, 5], [0.75, 0.25], 4)._config()["weights"] == [3, 1]
+        assert s.config()["weights"] == mref.integer_weights([float(w) for w in weights])
+    assert MixtureSampler.from_lengths([5, 5], [0.75, 0.25], 4).config()["weights"] == [3, 1]
     # Integers are exact, divided by their greatest common divisor.
-    assert MixtureSampler.from_lengths([5, 5], [10**17, 3 * 10**17], 4)._config()["weights"] == [
+    assert MixtureSampler.from_lengths([5, 5], [10**17, 3 * 10**17], 4).config()["weights"] == [
         1,
         3,
     ]
     # Integers beyond 128 bits are taken as floats on the float path, ratio kept.
     huge = [2**200, 2**199, 0.0]
-    assert MixtureSampler.from_lengths([5] * 3, huge, 4)._config()["weights"] == [2, 1, 0]
+    assert MixtureSampler.from_lengths([5] * 3, huge, 4).config()["weights"] == [2, 1, 0]
     numpy_ints = [np.int64(6), np.uint8(4)]
-    assert MixtureSampler.from_lengths([5, 5], numpy_ints, 4)._config()["weights"] == [3, 2]
+    assert MixtureSampler.from_lengths([5, 5], numpy_ints, 4).config()["weights"] == [3, 2]
 
 
 def test_large_totals_use_the_documented_stride():
@@ -157,7 +157,7 @@ def test_observed_proportions_match_the_weights(mode):
     # Stronger than binomial: deterministic apportionment keeps every range
     # within a few slots of its share at every step.
     ids = range_ids(values, ranges)
-    share = np.array(s._config()["weights"], dtype=float)
+    share = np.array(s.config()["weights"], dtype=float)
     share /= share.sum()
     cum = np.stack([np.cumsum((ids == r).sum(axis=1)) for r in range(3)], axis=1)
     drift = cum - np.arange(1, 2001)[:, None] * 64 * share
@@ -168,7 +168,7 @@ def test_each_batch_and_each_contiguous_slice_hold_the_shares():
     ranges = [(0, 50), (50, 100), (100, 150), (150, 200)]
     exact = MixtureSampler(ranges, [1, 2, 3, 4], 40, IID, seed=11)
     close = MixtureSampler(ranges, [0.1, 0.2, 0.3, 0.4], 40, IID, seed=11)
-    assert close._config()["weights"] != [1, 2, 3, 4]  # 0.1 etc. are not exact binary
+    assert close.config()["weights"] != [1, 2, 3, 4]  # 0.1 etc. are not exact binary
     for step in [0, 1, 77, 2**63]:
         for s, tolerance in ((exact, 0), (close, 2)):
             s.seek(step)
@@ -194,7 +194,7 @@ def test_shares_hold_at_every_step_for_random_configurations():
             weights = [rng.randint(1, 10 ** rng.randint(1, 15)) for _ in range(r)]
         b = rng.choice([7, 64, 256, 4096])
         s = MixtureSampler.from_lengths([10] * r, weights, b, SEQ, seed=trial)
-        share = np.array(s._config()["weights"], dtype=float)
+        share = np.array(s.config()["weights"], dtype=float)
         share /= share.sum()
         s.seek(rng.randrange(2**60))
         per = np.array([np.bincount(s.next() // 10, minlength=r) for _ in range(100)])
@@ -314,7 +314,7 @@ def test_pickle_and_copy_continue_at_the_step():
     draw(s, 7)
     for clone in (pickle.loads(pickle.dumps(s)), copy.copy(s), copy.deepcopy(s)):
         assert type(clone) is MixtureSampler
-        assert clone._config() == s._config()
+        assert clone.config() == s.config()
         assert repr(clone) == repr(s)
         np.testing.assert_array_equal(draw(clone, 5), draw(copy.copy(s), 5))
     assert "at step 7" in repr(s)
@@ -406,7 +406,7 @@ def test_invalid_arguments(kwargs, exc, match):
 
 def test_from_lengths_lays_the_parts_end_to_end():
     s = MixtureSampler.from_lengths([3, np.int64(2), 4], [1, 1, 1], 3, SEQ)
-    assert s._config()["mixture"] == [[0, 3], [3, 5], [5, 9]]
+    assert s.config()["mixture"] == [[0, 3], [3, 5], [5, 9]]
     with pytest.raises(InvalidArgumentError, match=r"lengths\[1\] must be at least 1, got 0"):
         MixtureSampler.from_lengths([3, 0], [1, 1], 2)
     with pytest.raises(TypeError, match=r"lengths\[0\] must be an integer, got float"):
@@ -457,7 +457,7 @@ def test_the_loader_resumes_a_mixture_exactly(labels, workers):
     for got in seen + want:
         batch = direct.next().tolist()
         assert got == [batch[:4], batch[4:]]
-    assert state["sampler"] == json.loads(json.dumps(mixture()._config()))
+    assert state["sampler"] == json.loads(json.dumps(mixture().config()))
     restored = json.loads(json.dumps(state))
     with Loader(streams, mixture(), workers=workers) as b:
         b.load_state_dict(restored)

@@ -136,10 +136,10 @@ def test_iteration_is_endless_and_returns_self():
     assert seen == 1000
 
 
-def test_public_surface_is_next_seek_iteration_only():
+def test_public_surface_is_next_seek_iteration_and_what_the_loader_reads():
     s = Sampler(10, 2, IID)
     public = {n for n in dir(s) if not n.startswith("_")}
-    assert public == {"next", "seek", "Mode"}
+    assert public == {"next", "seek", "Mode", "batch_size", "config"}
     for absent in ("indices", "close", "__enter__", "__exit__"):
         assert not hasattr(s, absent)
     assert not hasattr(s, "__dict__")
@@ -190,8 +190,43 @@ def test_numpy_integers_are_accepted():
 def test_config_identifies_the_sequence():
     s = Sampler(1000, 10, CYC, seed=2**64 - 1)
     s.next()
-    assert s._config() == (1000, 10, "CYCLIC", 2**64 - 1)
-    assert Sampler(1000, 10, IID)._config() == (1000, 10, "IID", 0)
+    assert s.config() == (1000, 10, "CYCLIC", 2**64 - 1)
+    assert Sampler(1000, 10, IID).config() == (1000, 10, "IID", 0)
+
+
+def test_batch_size_is_readable_before_and_after_draws():
+    s = Sampler(1000, 24, IID, seed=5)
+    assert s.batch_size == 24
+    s.next()
+    s.seek(7)
+    assert s.batch_size == 24
+    assert Sampler(3, 3, CYC).batch_size == 3
+
+
+def test_the_loader_protocols_name_no_underscore_member():
+    import types
+
+    from loaderx import protocols
+
+    named: dict[str, set[str]] = {}
+    for name in protocols.__all__:
+        proto = getattr(protocols, name)
+        if isinstance(proto, type):
+            named[name] = {
+                m
+                for m, v in vars(proto).items()
+                if isinstance(v, (types.FunctionType, property)) and not m.startswith("__")
+            }
+    assert named == {
+        "ConfiguredSampler": {"config"},
+        "IndexSampler": {"next"},
+        "PrefetchingReader": {"prefetch"},
+        "Reader": {"gather"},
+        "SeekableSampler": {"seek"},
+        "SizedSampler": {"batch_size"},
+    }
+    assert isinstance(Sampler(10, 2, IID), protocols.SizedSampler)
+    assert isinstance(Sampler(10, 2, IID), protocols.ConfiguredSampler)
 
 
 def test_pickle_and_copy_resume_at_the_same_step():

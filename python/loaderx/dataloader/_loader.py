@@ -1,0 +1,310 @@
+"""``Loader`` (the configuration) and ``LoaderIterator`` (its one pass: the
+step state, the workers, resume)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Generic, NoReturn, TypeVar, overload
+
+from .._schema import check_int
+from ..errors import InvalidArgumentError
+from ..protocols import IndexSampler, Reader, SeekableSampler, SizedSampler
+from ._pipeline import Pipeline, Shards
+from ._process import exact_int, resolve_process, split_description
+from ._rng import MAX_SEED, StepInfo
+from ._state import STATE_VERSION, State, as_mapping, plain, sampler_key
+from ._streams import Streams
+
+B = TypeVar("B")  # what one reader's gather returns
+T = TypeVar("T")  # what the consumer receives per step
+R = TypeVar("R")  # B, for the constructor overload that fixes T from it
+
+
+def _batch_size(sampler: IndexSampler) -> int | None:
+    """The sampler's batch size when it can be known before the first draw."""
+    if isinstance(sampler, SizedSampler):
+        return exact_int(sampler.batch_size)
+    return None
+
+
+def _is_sampler(sampler: object) -> bool:
+    return isinstance(sampler, IndexSampler) and callable(sampler.next)
+
+
+class LoaderIterator(Iterator[T], Generic[B, T]):
+    """The state of one pass over a Loader's endless steps: the next step, the
+    batches in flight and the worker threads. ``iter(loader)`` returns its
+    loader's one LoaderIterator; it is not constructed directly."""
+
+    def __init__(self, pipeline: Pipeline[B, T]) -> None:
+        self._pipeline = pipeline
+
+    def next(self) -> T:
+        """The next step's result (the transform's return value, or the shard list)."""
+        return self._pipeline.next()
+
+    def __next__(self) -> T:
+        return self._pipeline.next()
+
+    def __iter__(self) -> LoaderIterator[B, T]:
+        self._pipeline.check_process()
+        return self
+
+    # -- resume -------------------------------------------------------------------
+
+    def state_dict(self) -> State:
+        """A small versioned dict of JSON data: the step the loader delivers next,
+        what identifies the sampler's sequence, and the streams it reads."""
+        p = self._pipeline
+        return {
+            "version": STATE_VERSION,
+            "step": p.delivered,
+            "seed": p.seed,
+            "sampler": sampler_key(p.sampler),
+            "streams": p.streams.state(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        """Resumes at ``state['step']``. Call before the first ``next()``."""
+        p = self._pipeline
+        given = as_mapping(state, "state must be a dict from state_dict()")
+        version = given.get("version")
+        if type(version) is not int or version != STATE_VERSION:
+            old = type(version) is int and version == 2
+            why = " (version 2 states do not record the loader's seed)" if old else ""
+            raise InvalidArgumentError(
+                f"loader state version {version!r} is not supported; this loader reads "
+                f"version {STATE_VERSION}{why}"
+            )
+        if p.started or p.delivered or p.claimed:
+            raise RuntimeError("load_state_dict must be called before the first next()")
+        step = check_int(given.get("step"), "state['step']", 0)
+        seed = given.get("seed")
+        if type(seed) is not int or seed != p.seed:
+            # A two-argument transform's random generators derive from the seed, so
+            # another seed would resume with other augmentations.
+            raise InvalidArgumentError(
+                f"the state was taken with seed {seed!r}, this loader's seed is {p.seed}"
+            )
+        if "streams" not in given:
+            raise InvalidArgumentError(
+                "the state has no 'streams'; it was not made by state_dict()"
+            )
+        p.streams.check(given["streams"])
+        key = sampler_key(p.sampler)
+        theirs = plain(given.get("sampler"), "the state's sampler")
+        if theirs != key:
+            raise InvalidArgumentError(
+                f"the state was taken with sampler {theirs!r}, this loader's sampler is {key!r}"
+            )
+        if isinstance(p.sampler, SeekableSampler):
+            p.sampler.seek(step)
+        elif step:
+            raise TypeError("resuming needs a sampler with seek(step)")
+        p.delivered = p.claimed = step
+
+    # -- lifetime -----------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stops the workers, waits until none is running, and drops queued
+        batches. Idempotent."""
+        self._pipeline.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._pipeline.closed
+
+    def __del__(self) -> None:
+        # Only signals: a finalizer may run on any thread, even a worker's, and must
+        # not wait for a transform. Interpreter exit joins what is still running.
+        pipeline = getattr(self, "_pipeline", None)
+        if pipeline is not None and not pipeline.closed:
+            pipeline.close(join=False)
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError(
+            "a LoaderIterator cannot be pickled: its worker threads and batches belong to "
+            "this process; save its state_dict() instead"
+        )
+
+    def __repr__(self) -> str:
+        p = self._pipeline
+        state = "closed" if p.closed else f"step={p.delivered}"
+        return f"LoaderIterator(streams={p.streams.names}, {state})"
+
+
+class Loader(Generic[B, T]):
+    """Endless, step-ordered batches from aligned streams.
+
+    ``workers=0`` draws, gathers and transforms in the caller's thread. Positive
+    ``workers`` are threads: each draws and gathers a step under one lock, then
+    transforms it concurrently with the others. At most ``workers + prefetch``
+    batches are live besides those the consumer holds; finished batches wait in
+    step order, so delivery order never depends on which worker was faster.
+
+    A Loader has one iterator: ``iter(loader)`` returns the same LoaderIterator
+    every time, and ``next(loader)``, ``state_dict()`` and ``close()`` act on it,
+    so no two loops over one loader see the same step. ``close()`` returns once no
+    worker runs loaderx or user code.
+
+    ``transform(shards)`` receives each step's list of shard dicts. A transform
+    with exactly two required positional parameters is called as
+    ``transform(shards, step)`` with a ``StepInfo``, whose ``rng`` derives from
+    ``seed`` and the step alone: random augmentation then repeats exactly with any
+    number of workers and after a resume.
+
+    ``process_index`` and ``process_count`` (both or neither) make this loader
+    gather only slice ``process_index`` of ``process_count`` equal, contiguous
+    slices of every global batch. Neither given: they come from an initialised
+    JAX distributed runtime, else an initialised ``torch.distributed`` process
+    group, else 0 and 1; no framework is imported to find out. The resume state
+    does not depend on them, so a run resumes on another number of processes."""
+
+    @overload
+    def __init__(
+        self: Loader[R, Shards[R]],
+        streams: Mapping[str, Sequence[Reader[R]]],
+        sampler: IndexSampler,
+        *,
+        transform: None = None,
+        workers: int = 4,
+        prefetch: int = 4,
+        seed: int = 0,
+        process_index: int | None = None,
+        process_count: int | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self,
+        streams: Mapping[str, Sequence[Reader[B]]],
+        sampler: IndexSampler,
+        *,
+        transform: Callable[[Shards[B]], T],
+        workers: int = 4,
+        prefetch: int = 4,
+        seed: int = 0,
+        process_index: int | None = None,
+        process_count: int | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self,
+        streams: Mapping[str, Sequence[Reader[B]]],
+        sampler: IndexSampler,
+        *,
+        transform: Callable[[Shards[B], StepInfo], T],
+        workers: int = 4,
+        prefetch: int = 4,
+        seed: int = 0,
+        process_index: int | None = None,
+        process_count: int | None = None,
+    ) -> None: ...
+
+    def __init__(
+        self,
+        streams: Mapping[str, Sequence[Reader[B]]],
+        sampler: IndexSampler,
+        *,
+        transform: Callable[[Shards[B]], T] | Callable[[Shards[B], StepInfo], T] | None = None,
+        workers: int = 4,
+        prefetch: int = 4,
+        seed: int = 0,
+        process_index: int | None = None,
+        process_count: int | None = None,
+    ) -> None:
+        checked: Streams[B] = Streams(streams)
+        if not _is_sampler(sampler):
+            raise TypeError("sampler must have a next() method returning a 1-D uint64 array")
+        process = resolve_process(process_index, process_count)
+        n = process[1]
+        batch = _batch_size(sampler)
+        if batch is not None and batch % (n * checked.width):
+            raise InvalidArgumentError(
+                f"the sampler's batch size {batch} does not divide by the "
+                f"{split_description(n, checked.width)} of stream {checked.names[0]!r}"
+                + (f" (process count from {process[2]})" if n != 1 else "")
+            )
+        if transform is not None and not callable(transform):
+            raise TypeError(f"transform must be callable, got {type(transform).__name__}")
+        w = check_int(workers, "workers", 0)
+        p = check_int(prefetch, "prefetch", 1)
+        s = check_int(seed, "seed", 0, MAX_SEED)
+        self._pipeline = Pipeline(checked, sampler, transform, w, p, s, process[:2])
+        self._iterator = LoaderIterator(self._pipeline)
+
+    @property
+    def workers(self) -> int:
+        return self._pipeline.workers
+
+    @property
+    def prefetch(self) -> int:
+        return self._pipeline.prefetch
+
+    @property
+    def seed(self) -> int:
+        """The seed of a two-argument transform's random generators (``StepInfo``)."""
+        return self._pipeline.seed
+
+    @property
+    def process_index(self) -> int:
+        """Which contiguous slice of every global batch this process gathers."""
+        return self._pipeline.process_index
+
+    @property
+    def process_count(self) -> int:
+        """How many slices every global batch is split into, one per process."""
+        return self._pipeline.process_count
+
+    def __iter__(self) -> LoaderIterator[B, T]:
+        if self._iterator.closed:
+            raise InvalidArgumentError("the loader is closed")
+        return iter(self._iterator)
+
+    def next(self) -> T:
+        """The next step's result (the transform's return value, or the shard list)."""
+        return self._iterator.next()
+
+    def __next__(self) -> T:
+        return self._iterator.next()
+
+    def state_dict(self) -> State:
+        """A small versioned dict of JSON data: the step the loader delivers next,
+        what identifies the sampler's sequence, and the streams it reads."""
+        return self._iterator.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        """Resumes at ``state['step']``. Call before the first ``next()``."""
+        self._iterator.load_state_dict(state)
+
+    def close(self) -> None:
+        """Stops the workers, waits until none is running, and drops queued
+        batches. Idempotent."""
+        self._iterator.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._iterator.closed
+
+    def __enter__(self) -> Loader[B, T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError(
+            "a Loader cannot be pickled: its worker threads and batches belong to this "
+            "process. Pickle its readers and sampler (they reopen by reference) and "
+            "construct a Loader in the receiving process"
+        )
+
+    def __repr__(self) -> str:
+        p = self._pipeline
+        return (
+            f"Loader(streams={p.streams.names}, bindings={p.streams.width}, "
+            f"workers={p.workers}, prefetch={p.prefetch}, seed={p.seed}, step={p.delivered}"
+            + (f", process={p.process_index}/{p.process_count}" if p.process_count != 1 else "")
+            + ")"
+        )

@@ -1,0 +1,414 @@
+"""One loader's steps in flight: drawing and beginning them under one lock,
+completing reads that wait, transforming on worker threads, delivering in step
+order, and stopping at close, at interpreter exit and in a forked child."""
+
+from __future__ import annotations
+
+import atexit
+import inspect
+import os
+import threading
+import weakref
+from collections import deque
+from collections.abc import Callable
+from typing import Generic, TypeAlias, TypeVar, cast
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import InvalidArgumentError
+from ..protocols import IndexSampler, Positions, PrefetchingReader
+from ._process import split_description
+from ._rng import StepInfo
+from ._streams import Streams
+
+B = TypeVar("B")  # what one reader's gather returns
+T = TypeVar("T")  # what the consumer receives per step
+Shards: TypeAlias = list[dict[str, B]]
+
+POLL = 0.05  # seconds between checks of the closed flag while waiting
+
+
+def takes_step(transform: Callable[..., object]) -> bool:
+    """Whether `transform` is called with a StepInfo as well as the shards: it is
+    when it has exactly two required positional parameters. A transform that can
+    be called with the shards alone (one parameter, or a second one with a
+    default) is called that way, as it always was."""
+    try:
+        sig = inspect.signature(transform)
+    except (TypeError, ValueError):  # no signature to read (some builtins)
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    required = [
+        p
+        for p in sig.parameters.values()
+        if p.kind in positional and p.default is inspect.Parameter.empty
+    ]
+    if len(required) == 2:
+        return True
+    try:
+        sig.bind(None)
+    except TypeError:
+        raise TypeError(
+            f"transform {getattr(transform, '__qualname__', transform)!r}{sig} cannot be "
+            "called with the shard list alone, nor with the shard list and a StepInfo"
+        ) from None
+    return False
+
+
+class _Later(Generic[B]):
+    """A binding's batch that a prefetching reader is still reading."""
+
+    __slots__ = ("wait",)
+
+    def __init__(self, wait: Callable[[], B]) -> None:
+        self.wait = wait
+
+    def cancel(self) -> None:
+        cancel: Callable[[], object] | None = getattr(self.wait, "cancel", None)
+        if callable(cancel):
+            cancel()
+
+
+# A begun step: per binding, per stream, the batch or what waits for it.
+_Parts: TypeAlias = "list[dict[str, B | _Later[B]]]"
+
+
+class _Begun(Generic[B]):
+    """A step drawn and begun under the draw lock, not yet completed."""
+
+    __slots__ = ("error", "info", "parts", "step", "waits")
+
+    def __init__(
+        self,
+        step: int,
+        parts: _Parts[B] | None = None,
+        info: StepInfo | None = None,
+        error: BaseException | None = None,
+        waits: bool = False,
+    ) -> None:
+        self.step, self.parts, self.info, self.error = step, parts, info, error
+        self.waits = waits  # some of its reads are still under way
+
+    def cancel(self) -> None:
+        """Stops the reads still under way that can be stopped."""
+        for shard in self.parts or ():
+            for v in shard.values():
+                if isinstance(v, _Later):
+                    cast("_Later[B]", v).cancel()
+
+
+class _Step(Generic[T]):
+    """A finished step: its result or the exception it raised."""
+
+    __slots__ = ("value", "error")
+
+    def __init__(self, value: T | None = None, error: BaseException | None = None) -> None:
+        self.value, self.error = value, error
+
+
+# Pipelines whose workers have started: closed and joined at interpreter exit, and
+# given fresh locks in a forked child.
+_STARTED: weakref.WeakSet[Pipeline[object, object]] = weakref.WeakSet()
+
+
+class Pipeline(Generic[B, T]):
+    """The step state and the worker threads. The threads reference this object,
+    never the LoaderIterator, so dropping the iterator lets it be collected, and
+    its finalizer stops them."""
+
+    def __init__(
+        self,
+        streams: Streams[B],
+        sampler: IndexSampler,
+        transform: Callable[..., T] | None,
+        workers: int,
+        prefetch: int,
+        seed: int,
+        process: tuple[int, int],
+    ) -> None:
+        self.streams = streams
+        self.sampler = sampler
+        self.transform = transform
+        self.with_step = transform is not None and takes_step(transform)
+        self.workers = workers
+        self.prefetch = prefetch
+        self.seed = seed
+        self.process_index, self.process_count = process
+        self.cond = threading.Condition(threading.Lock())
+        self.draw = threading.Lock()  # serializes draw and gather across workers
+        self.claimed = 0  # next step a worker will draw
+        self.delivered = 0  # next step the consumer receives
+        self.done: dict[int, _Step[T]] = {}
+        # Steps begun and not yet taken by a worker; only touched under `draw`.
+        self.begun: deque[_Begun[B]] = deque()
+        # Steps whose reads a thread is waiting for; close() cancels them.
+        self.completing: set[_Begun[B]] = set()
+        self.threads: list[threading.Thread] = []
+        self.started = False
+        self.closed = False
+        self.failed: BaseException | None = None
+        self.pid = os.getpid()
+
+    # -- one step ---------------------------------------------------------------
+
+    def begin(self, step: int, drawn: object) -> _Begun[B]:
+        """The step's shards, as batches or as reads still under way, and its
+        StepInfo when the transform takes one. Everything that needs the
+        sampler's buffer happens here."""
+        idx: npt.NDArray[np.generic] = np.asarray(drawn)
+        if idx.ndim != 1:
+            raise InvalidArgumentError(
+                f"the sampler returned an array of shape {idx.shape}; expected 1-D"
+            )
+        if idx.dtype.kind not in "iu":
+            raise TypeError(f"the sampler returned {idx.dtype} positions; expected integers")
+        if idx.dtype.itemsize != 8 or not idx.flags.c_contiguous:
+            # Readers gather from 64-bit positions; a sampler's narrower or strided
+            # positions are widened once here (the values never change).
+            idx = np.ascontiguousarray(idx, np.uint64 if idx.dtype.kind == "u" else np.int64)
+        b, k, n = len(idx), self.streams.width, self.process_count
+        if b % (n * k):
+            raise InvalidArgumentError(
+                f"the sampler's batch of {b} does not divide by {split_description(n, k)}"
+            )
+        # This process's contiguous slice of the global batch, a view like the
+        # bindings' parts of it.
+        local = b // n
+        offset = self.process_index * local
+        positions = cast("Positions", idx[offset : offset + local])
+        per = local // k
+        parts: _Parts[B] = []
+        waits = False
+        streams = self.streams
+        for i in range(k):
+            shard: dict[str, B | _Later[B]] = {}
+            for name, readers, prefetching in zip(
+                streams.names, streams.lists, streams.prefetching, strict=True
+            ):
+                pos = positions[i * per : (i + 1) * per]
+                later = None
+                if prefetching[i]:
+                    later = cast("PrefetchingReader[B]", readers[i]).prefetch(pos)
+                if later is None:
+                    shard[name] = readers[i].gather(pos)
+                else:
+                    shard[name] = _Later(later)
+                    waits = True
+            parts.append(shard)
+        info = None
+        if self.with_step:
+            # A copy: the sampler overwrites its buffer at the next draw, which may
+            # come before this step's transform runs.
+            own = positions.copy()
+            own.flags.writeable = False
+            info = StepInfo(
+                step,
+                own,
+                self.seed,
+                offset=offset,
+                batch_size=b,
+                process_index=self.process_index,
+                process_count=n,
+            )
+        return _Begun(step, parts, info, waits=waits)
+
+    def completed(self, item: _Begun[B]) -> Shards[B]:
+        """The step's shards, once every read it began is in. close() cancels
+        the reads meanwhile, and then this raises."""
+        assert item.parts is not None
+        if item.waits:
+            with self.cond:
+                if self.closed:
+                    raise InvalidArgumentError("the loader is closed")
+                self.completing.add(item)
+        try:
+            shards: Shards[B] = []
+            for part in item.parts:
+                shard: dict[str, B] = {}
+                for name, v in part.items():
+                    shard[name] = cast("_Later[B]", v).wait() if isinstance(v, _Later) else v
+                shards.append(shard)
+            return shards
+        finally:
+            if item.waits:
+                with self.cond:
+                    self.completing.discard(item)
+
+    def finish(self, shards: Shards[B], info: StepInfo | None) -> T:
+        if self.transform is None:
+            return cast("T", shards)
+        if info is not None:
+            return self.transform(shards, info)
+        return self.transform(shards)
+
+    # -- worker threads -----------------------------------------------------------
+
+    def start(self) -> None:
+        self.started = True
+        self.pid = os.getpid()
+        _STARTED.add(cast("Pipeline[object, object]", self))
+        for i in range(self.workers):
+            t = threading.Thread(target=self.work, name=f"loaderx-worker-{i}", daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def work(self) -> None:
+        limit = self.workers + self.prefetch
+        while True:
+            # Draw and begin under one lock, complete and transform outside it. A
+            # local gather is parallel inside, so concurrent gathers would only
+            # compete for the same cores, and the gather reads the sampler's
+            # reused buffer without a copy before the next draw overwrites it.
+            # Reads that wait (a remote store's) are begun for every step the
+            # bound allows, so that their waits overlap.
+            with self.draw:
+                with self.cond:
+                    while (
+                        not self.closed
+                        and not self.begun
+                        and self.claimed - self.delivered >= limit
+                    ):
+                        self.cond.wait(POLL)
+                    if self.closed or self.failed is not None:
+                        return
+                while True:
+                    with self.cond:
+                        if self.claimed - self.delivered >= limit:
+                            break
+                        step = self.claimed
+                        self.claimed += 1
+                    try:
+                        item = self.begin(step, self.sampler.next())
+                    except BaseException as e:  # noqa: BLE001 - delivered to the consumer
+                        self.begun.append(_Begun(step, error=e))
+                        break
+                    self.begun.append(item)
+                    if not item.waits:
+                        break
+                # Rebinds `item`: no local name may keep a begun step's batches
+                # alive once the consumer has dropped them.
+                item = self.begun.popleft()
+            result: _Step[T]
+            if item.error is not None:
+                result = _Step(error=item.error)
+            else:
+                try:
+                    result = _Step(self.finish(self.completed(item), item.info))
+                except BaseException as e:  # noqa: BLE001 - delivered to the consumer
+                    result = _Step(error=e)
+            failed = result.error is not None
+            with self.cond:
+                if self.closed:
+                    return
+                self.done[item.step] = result
+                self.cond.notify_all()
+            # Drop this thread's references before waiting for the next claim, or a
+            # batch the consumer already discarded would stay alive past the bound.
+            del result, item
+            if failed:
+                return
+
+    # -- consumer side ------------------------------------------------------------
+
+    def check_process(self) -> None:
+        # The worker threads and the lock states do not survive fork(): the child's
+        # copy would hand out the batches already queued, then wait forever.
+        if self.started and os.getpid() != self.pid:
+            raise RuntimeError(
+                f"this Loader's workers run in process {self.pid}, not in this forked "
+                f"child (process {os.getpid()}); create the loader after the fork"
+            )
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise InvalidArgumentError("the loader is closed")
+        if self.failed is not None:
+            raise RuntimeError(
+                f"the loader stopped at step {self.delivered} after an error"
+            ) from self.failed
+
+    def next(self) -> T:
+        self.check_process()
+        self.check_open()
+        if self.workers == 0:
+            # One step at a time, so that consumers on several threads never draw
+            # into the sampler's buffer while another gathers from it.
+            with self.draw:
+                self.check_open()
+                try:
+                    item = self.begin(self.delivered, self.sampler.next())
+                    out = self.finish(self.completed(item), item.info)
+                except BaseException as e:
+                    self.failed = e
+                    raise
+                self.delivered += 1
+                return out
+        with self.cond:
+            if not self.started:
+                self.start()
+            # Read at every wake-up: another consumer thread may have taken the step.
+            while self.delivered not in self.done:
+                self.check_open()
+                self.cond.wait(POLL)
+            item = self.done.pop(self.delivered)
+            if item.error is not None:
+                self.failed = item.error
+                self.cond.notify_all()
+                raise item.error
+            self.delivered += 1
+            self.cond.notify_all()
+            return cast("T", item.value)
+
+    # -- lifetime -----------------------------------------------------------------
+
+    def close(self, join: bool = True) -> None:
+        if not join:
+            # Takes no lock: a finalizer may run on a thread that holds it. Waiting
+            # threads poll the flag.
+            self.closed = True
+            return
+        with self.cond:
+            self.closed = True
+            self.done.clear()
+            self.cond.notify_all()
+            threads = list(self.threads)
+            waiting = list(self.completing)
+        # A thread waiting for a remote read (a server that stopped answering
+        # waits out its timeouts and retries) is released at once.
+        for item in waiting:
+            item.cancel()
+        if threading.current_thread() in threads:
+            # From inside a transform: joining the others could wait on a worker
+            # that is itself closing and joining this one.
+            return
+        for t in threads:
+            t.join()
+        # Reads begun and never completed are dropped, which cancels their requests.
+        self.begun.clear()
+        with self.cond:
+            self.threads = [t for t in self.threads if t.is_alive()]
+
+    def after_fork_in_child(self) -> None:
+        # A worker may have held these locks at the fork, and it does not exist here.
+        self.cond = threading.Condition(threading.Lock())
+        self.draw = threading.Lock()
+        self.threads = []
+        self.done.clear()
+        self.begun.clear()
+
+
+def _close_started_pipelines() -> None:
+    # A worker still inside native or user code when the interpreter finalizes is
+    # torn down mid-call, which aborts the process when that code is C++ (torch).
+    for pipeline in list(_STARTED):
+        pipeline.close()
+
+
+def _reset_pipelines_in_child() -> None:
+    for pipeline in list(_STARTED):
+        pipeline.after_fork_in_child()
+
+
+atexit.register(_close_started_pipelines)
+os.register_at_fork(after_in_child=_reset_pipelines_in_child)

@@ -1,0 +1,71 @@
+"""The resume state's JSON data: what names a sampler's sequence and a
+reader's store."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping, Sequence
+from typing import TypeAlias, cast
+
+from ..protocols import ConfiguredSampler, IndexSampler
+
+STATE_VERSION = 3
+
+JSON: TypeAlias = "None | bool | int | str | list[JSON] | dict[str, JSON]"
+State: TypeAlias = "dict[str, JSON]"
+
+
+def plain(value: object, what: str) -> JSON:
+    """`value` as JSON data (tuples become lists), or a TypeError naming `what`."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, (list, tuple)):
+        return [plain(v, what) for v in cast("Sequence[object]", value)]
+    if isinstance(value, Mapping):
+        out: dict[str, JSON] = {}
+        for k, v in cast("Mapping[object, object]", value).items():
+            if not isinstance(k, str):
+                raise TypeError(f"{what} has the key {k!r}; resume states use str keys only")
+            out[k] = plain(v, what)
+        return out
+    raise TypeError(
+        f"{what} holds a {type(value).__name__} ({value!r}); resume states hold only "
+        "dict, list, str, int, bool and None, so that they survive JSON"
+    )
+
+
+def sampler_key(sampler: IndexSampler) -> JSON:
+    """What identifies the sampler's sequence of batches, for refusing a resume
+    state taken with another configuration."""
+    if isinstance(sampler, ConfiguredSampler):
+        return plain(sampler.config(), "the sampler's config()")
+    return None
+
+
+def store_identity(reader: object, where: str) -> int | str | None:
+    """The identity of the store `reader` reads: its ``identity``, else its
+    ``header_checksum``, else None."""
+    value: object = getattr(reader, "identity", None)
+    if value is None:
+        value = getattr(reader, "header_checksum", None)
+    if callable(value):
+        value = value()
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).hex()
+    if not isinstance(value, bool) and isinstance(value, numbers.Integral):
+        return int(value)
+    raise TypeError(
+        f"{where}: the reader's store identity is a {type(value).__name__}; "
+        "expected an int, a str or bytes"
+    )
+
+
+def as_mapping(value: object, message: str) -> Mapping[object, object]:
+    # The public signatures are typed, but callers need not be: check at run time.
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{message}, got {type(value).__name__}")
+    return cast("Mapping[object, object]", value)
