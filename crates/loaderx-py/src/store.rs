@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use zrecord::{
     BuildDir, Codec, DType, Kind, RaggedLayout, RaggedView, ReadOptions, Schema, Source, Store,
-    Writer,
+    StoreInfo, Writer,
 };
 
 use crate::allocator::PyPlacement;
@@ -98,11 +98,11 @@ impl PyStore {
         PyStore { backend }
     }
 
-    /// The opened store, for its schema and header, whichever the backend.
-    fn store(&self) -> &Store {
+    /// What the store's small files say, whichever the backend.
+    fn store(&self) -> &StoreInfo {
         match &self.backend {
-            Backend::Local(s) => s,
-            Backend::Remote(r) => r.store(),
+            Backend::Local(s) => s.info(),
+            Backend::Remote(r) => r.meta().info(),
         }
     }
 
@@ -446,21 +446,26 @@ impl PyStore {
         start: u64,
         stop: u64,
     ) -> PyResult<SizeArrays<'py>> {
-        let store = self.store();
+        let backend = &self.backend;
+        let len = self.store().len();
         let (logical, stored) = py
             .detach(|| {
                 let n = usize::try_from(stop.saturating_sub(start)).unwrap_or(usize::MAX);
-                let n = n.min(usize::try_from(store.len()).unwrap_or(usize::MAX));
+                let n = n.min(usize::try_from(len).unwrap_or(usize::MAX));
                 let oom = |_| zrecord::Error::OutOfMemory {
                     bytes: n.saturating_mul(8),
                 };
                 let (mut logical, mut stored) = (Vec::new(), Vec::new());
                 logical.try_reserve_exact(n).map_err(oom)?;
                 stored.try_reserve_exact(n).map_err(oom)?;
-                store.record_sizes(start..stop, |l, s| {
+                let each = |l, s| {
                     logical.push(l);
                     stored.push(s);
-                })?;
+                };
+                match backend {
+                    Backend::Local(store) => store.record_sizes(start..stop, each)?,
+                    Backend::Remote(r) => r.meta().record_sizes(start..stop, each)?,
+                }
                 Ok::<_, zrecord::Error>((logical, stored))
             })
             .py_err()?;
@@ -472,9 +477,7 @@ impl PyStore {
 
     /// The `zstd_dict` dictionary, or None.
     fn dictionary<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        let store = self.store();
-        let dict = py.detach(|| store.dictionary()).py_err()?;
-        Ok(dict.map(|d| PyBytes::new(py, &d)))
+        Ok(self.store().dictionary().map(|d| PyBytes::new(py, d)))
     }
 }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use object_store::{ObjectStore, ObjectStoreExt};
 use tokio::sync::Semaphore;
-use zrecord::{Entry, Payload};
+use zrecord::{Entry, PayloadSource};
 
 use crate::error::{Error, Result};
 use crate::location::Location;
@@ -134,7 +134,7 @@ impl FetchOptions {
 /// One request: a byte range of one data file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Request {
-    pub shard: usize,
+    pub file: usize,
     pub range: Range<u64>,
 }
 
@@ -144,22 +144,22 @@ pub(crate) struct Request {
 /// one request.
 pub(crate) fn plan_requests<'e>(
     entries: impl IntoIterator<Item = &'e Entry>,
-    shards: usize,
+    files: usize,
     gap: u64,
     max_bytes: u64,
 ) -> Vec<Request> {
-    let mut per: Vec<Vec<Range<u64>>> = vec![Vec::new(); shards];
+    let mut per: Vec<Vec<Range<u64>>> = vec![Vec::new(); files];
     for e in entries {
         if e.stored_len == 0 {
             continue;
         }
         // Entries are checked against their files, so the end cannot overflow.
-        if let Some(v) = per.get_mut(e.shard as usize) {
+        if let Some(v) = per.get_mut(e.file as usize) {
             v.push(e.offset..e.offset + u64::from(e.stored_len));
         }
     }
     let mut out = Vec::new();
-    for (shard, mut ranges) in per.into_iter().enumerate() {
+    for (file, mut ranges) in per.into_iter().enumerate() {
         ranges.sort_unstable_by_key(|r| (r.start, r.end));
         let mut cur: Option<Range<u64>> = None;
         for r in ranges {
@@ -169,14 +169,14 @@ pub(crate) fn plan_requests<'e>(
                     c.start..r.end
                 }
                 Some(c) => {
-                    out.push(Request { shard, range: c });
+                    out.push(Request { file, range: c });
                     r
                 }
                 None => r,
             });
         }
         if let Some(c) = cur {
-            out.push(Request { shard, range: c });
+            out.push(Request { file, range: c });
         }
     }
     out
@@ -186,39 +186,41 @@ pub(crate) fn plan_requests<'e>(
 #[derive(Default)]
 pub(crate) struct Spans {
     /// Per data file, disjoint fetched ranges sorted by start.
-    per_shard: Vec<Vec<(u64, Bytes)>>,
+    per_file: Vec<Vec<(u64, Bytes)>>,
 }
 
 impl Spans {
-    pub fn new(shards: usize) -> Spans {
+    pub fn new(files: usize) -> Spans {
         Spans {
-            per_shard: vec![Vec::new(); shards],
+            per_file: vec![Vec::new(); files],
         }
     }
 
-    pub fn insert(&mut self, shard: usize, start: u64, bytes: Bytes) {
-        if let Some(v) = self.per_shard.get_mut(shard) {
+    pub fn insert(&mut self, file: usize, start: u64, bytes: Bytes) {
+        if let Some(v) = self.per_file.get_mut(file) {
             v.push((start, bytes));
         }
     }
 
     pub fn sort(&mut self) {
-        for v in &mut self.per_shard {
+        for v in &mut self.per_file {
             v.sort_unstable_by_key(|(s, _)| *s);
         }
     }
 }
 
-impl Payload for Spans {
-    fn stored(&self, e: &Entry) -> Option<&[u8]> {
-        let len = e.stored_len as usize;
+impl PayloadSource for Spans {
+    fn bytes(&self, file: usize, range: Range<u64>) -> Option<&[u8]> {
+        let len = usize::try_from(range.end.checked_sub(range.start)?).ok()?;
         if len == 0 {
             return Some(&[]);
         }
-        let v = self.per_shard.get(e.shard as usize)?;
-        let i = v.partition_point(|(s, _)| *s <= e.offset).checked_sub(1)?;
+        let v = self.per_file.get(file)?;
+        let i = v
+            .partition_point(|(s, _)| *s <= range.start)
+            .checked_sub(1)?;
         let (start, bytes) = &v[i];
-        let from = usize::try_from(e.offset - start).ok()?;
+        let from = usize::try_from(range.start - start).ok()?;
         bytes.get(from..from.checked_add(len)?)
     }
 }
@@ -472,7 +474,7 @@ impl Fetcher {
     /// store's permits allow, and returns each one's bytes in order.
     pub async fn fetch_all(&self, requests: &[Request]) -> Result<Vec<Bytes>> {
         futures::future::try_join_all(requests.iter().map(|r| {
-            let name = zrecord::data_file(r.shard);
+            let name = zrecord::data_file(r.file);
             async move { self.get_range(&name, r.range.clone()).await }
         }))
         .await
@@ -537,13 +539,20 @@ pub(crate) async fn size_of(
 mod tests {
     use super::*;
 
-    fn e(shard: u8, offset: u64, len: u32) -> Entry {
+    fn e(file: u8, offset: u64, len: u32) -> Entry {
         Entry {
             offset,
             stored_len: len,
-            shard,
+            file,
             checksum: 0,
         }
+    }
+
+    fn stored<'s>(s: &'s Spans, e: &Entry) -> Option<&'s [u8]> {
+        s.bytes(
+            e.file as usize,
+            e.offset..e.offset + u64::from(e.stored_len),
+        )
     }
 
     #[test]
@@ -560,19 +569,19 @@ mod tests {
             r,
             vec![
                 Request {
-                    shard: 0,
+                    file: 0,
                     range: 0..20
                 },
                 Request {
-                    shard: 0,
+                    file: 0,
                     range: 100..110
                 },
                 Request {
-                    shard: 0,
+                    file: 0,
                     range: 1000..1001
                 },
                 Request {
-                    shard: 1,
+                    file: 1,
                     range: 0..4
                 },
             ]
@@ -587,11 +596,11 @@ mod tests {
             r,
             vec![
                 Request {
-                    shard: 0,
+                    file: 0,
                     range: 0..16
                 },
                 Request {
-                    shard: 0,
+                    file: 0,
                     range: 16..28
                 },
             ]
@@ -604,11 +613,11 @@ mod tests {
         s.insert(1, 100, Bytes::from_static(b"abcdefgh"));
         s.insert(1, 0, Bytes::from_static(b"0123"));
         s.sort();
-        assert_eq!(s.stored(&e(1, 102, 3)), Some(&b"cde"[..]));
-        assert_eq!(s.stored(&e(1, 1, 3)), Some(&b"123"[..]));
-        assert_eq!(s.stored(&e(1, 2, 3)), None);
-        assert_eq!(s.stored(&e(1, 106, 3)), None);
-        assert_eq!(s.stored(&e(0, 0, 1)), None);
-        assert_eq!(s.stored(&e(0, 5, 0)), Some(&b""[..]));
+        assert_eq!(stored(&s, &e(1, 102, 3)), Some(&b"cde"[..]));
+        assert_eq!(stored(&s, &e(1, 1, 3)), Some(&b"123"[..]));
+        assert_eq!(stored(&s, &e(1, 2, 3)), None);
+        assert_eq!(stored(&s, &e(1, 106, 3)), None);
+        assert_eq!(stored(&s, &e(0, 0, 1)), None);
+        assert_eq!(stored(&s, &e(0, 5, 0)), Some(&b""[..]));
     }
 }

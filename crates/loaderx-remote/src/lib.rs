@@ -1,11 +1,12 @@
 //! Reading zrecord stores from object storage: `s3://`, `gs://`, `az://`,
 //! `http(s)://` and `file://` URLs through the `object_store` crate.
 //!
-//! The format crate knows nothing of networks: it opens a store from the bytes
-//! of its small files ([`zrecord::Store::from_parts`]), says where each record's
-//! stored bytes are ([`zrecord::Store::entries`]) and decodes bytes handed to it
-//! with the same checks as a local read ([`zrecord::Store::plan_fetched`]). This
-//! crate does the rest:
+//! The format crate knows nothing of networks: it opens a store's metadata from
+//! the bytes of its small files ([`zrecord::Metadata::from_parts`]), says where
+//! each record's stored bytes are ([`zrecord::Metadata::entries`]) and reads
+//! records from any [`zrecord::PayloadSource`] with the checks a local read
+//! makes: this crate's source holds the bytes one gather fetched. This crate
+//! does the rest:
 //!
 //! * [`Location`]: a URL and its storage options, refusing names `object_store`
 //!   does not know; no cloud configuration is read from the environment unless

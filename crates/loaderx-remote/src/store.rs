@@ -9,7 +9,7 @@ use bytes::Bytes;
 use loaderx_gather::{Block, Placement, THREADS};
 use tokio::task::JoinHandle;
 use xxhash_rust::xxh3::xxh3_64;
-use zrecord::{data_file, Entry, Parallel, Parts, RaggedLayout, ReadOptions, Store};
+use zrecord::{data_file, Entry, Metadata, Parts, RaggedLayout, ReadOptions};
 
 use crate::cache::Cache;
 use crate::error::{Error, Result};
@@ -32,7 +32,7 @@ pub struct RemoteStore {
     /// since the parent's connections and waiting requests belong to the
     /// parent's runtime.
     fetcher: Mutex<(u32, Arc<Fetcher>)>,
-    store: Store,
+    meta: Metadata<Vec<u8>>,
     /// The data files' sizes from the header, shared with every fetch.
     sizes: Arc<[u64]>,
     cache: Option<Arc<Cache>>,
@@ -155,13 +155,13 @@ impl RemoteStore {
     ) -> Result<RemoteStore> {
         let (loc, opts) = Location::parse(url, options)?;
         let fetcher = Arc::new(Fetcher::new(&loc, &opts)?);
-        let store = block_on(open_parts(&fetcher, cache.as_deref()))?;
+        let meta = block_on(open_parts(&fetcher, cache.as_deref()))?;
         Ok(RemoteStore {
             loc,
             opts,
             fetcher: Mutex::new((pid(), fetcher)),
-            sizes: store.header().shard_sizes.as_slice().into(),
-            store,
+            sizes: meta.info().header().shard_sizes.as_slice().into(),
+            meta,
             cache,
         })
     }
@@ -171,9 +171,9 @@ impl RemoteStore {
         self.loc.url()
     }
 
-    /// The opened store, for its schema and header.
-    pub fn store(&self) -> &Store {
-        &self.store
+    /// The store's metadata: its header, schema and index.
+    pub fn meta(&self) -> &Metadata<Vec<u8>> {
+        &self.meta
     }
 
     /// How the store fetches.
@@ -197,7 +197,7 @@ impl RemoteStore {
             fetcher: guard.1.clone(),
             cache: self.cache.clone(),
             sizes: self.sizes.clone(),
-            id: self.store.header().checksum,
+            id: self.meta.info().header().checksum,
         })
     }
 
@@ -216,7 +216,7 @@ impl RemoteStore {
     /// The requests share the store's budget of requests in flight with every
     /// other gather begun and not finished.
     pub fn begin(&self, idx: &[u64]) -> Result<Pending> {
-        let entries = self.store.entries(idx)?;
+        let entries = self.meta.entries(idx)?;
         let source = self.source()?;
         let task = spawn(async move {
             let (spans, cached) = source.fetch(&entries, true).await?;
@@ -275,8 +275,8 @@ impl RemoteStore {
             {
                 let source = self.source()?;
                 if let Some(cache) = &self.cache {
-                    for &(shard, block) in &fetched.cached {
-                        cache.remove(source.id, &data_file(shard), block);
+                    for &(file, block) in &fetched.cached {
+                        cache.remove(source.id, &data_file(file), block);
                     }
                 }
                 let (spans, _) = block_on(source.fetch(&fetched.entries, false))?;
@@ -292,10 +292,10 @@ impl RemoteStore {
         spans: &Spans,
         placement: &Placement,
     ) -> Result<(Block, Option<RaggedLayout>)> {
-        let store = &self.store;
-        let plan = store.plan_fetched(idx, spans)?;
-        let block = placement.fill(plan.output_len(), store.decodes(), |out| {
-            Ok(store.gather_fetched(&plan, out, &THREADS, spans)?)
+        let meta = &self.meta;
+        let plan = meta.plan(idx, spans)?;
+        let block = placement.fill(plan.output_len(), meta.info().decodes(), |out| {
+            Ok(meta.gather(&plan, out, &THREADS, spans)?)
         })?;
         Ok((block, plan.layout().cloned()))
     }
@@ -306,20 +306,20 @@ impl RemoteStore {
     /// cache) a bounded step at a time.
     pub fn verify(&self) -> Result<()> {
         self.verify_files()?;
-        self.verify_records(0..self.store.len())
+        self.verify_records(0..self.meta.len())
     }
 
     /// The part of [`RemoteStore::verify`] that is not per record: the whole
     /// index against its checksum, and every data file at the header's size.
     pub fn verify_files(&self) -> Result<()> {
-        self.store.check_index()?;
+        self.meta.check_index()?;
         let source = self.source()?;
         block_on(check_sizes(&source.fetcher, &source.sizes))
     }
 
     /// The per-record part of [`RemoteStore::verify`] for the records in `range`.
     pub fn verify_records(&self, range: std::ops::Range<u64>) -> Result<()> {
-        let n = self.store.len();
+        let n = self.meta.len();
         if range.start > range.end || range.end > n {
             return Err(zrecord::Error::InvalidArgument(format!(
                 "records {}..{} are not a range of a store of {n} records",
@@ -330,7 +330,7 @@ impl RemoteStore {
         let mut start = range.start;
         while start < range.end {
             let ids: Vec<u64> = (start..range.end.min(start + VERIFY_RECORDS)).collect();
-            let mut entries = self.store.entries(&ids)?;
+            let mut entries = self.meta.entries(&ids)?;
             let mut bytes = 0u64;
             let keep = entries
                 .iter()
@@ -342,16 +342,7 @@ impl RemoteStore {
             entries.truncate(keep);
             let end = start + keep as u64;
             let (spans, _) = block_on(self.source()?.fetch(&entries, false))?;
-            let parts = THREADS
-                .parts(bytes.min(usize::MAX as u64) as usize, true)
-                .max(1) as u64;
-            let per = (keep as u64).div_ceil(parts).max(1);
-            let store = &self.store;
-            THREADS.run(parts as usize, &|k| {
-                let a = (start + k as u64 * per).min(end);
-                let b = (start + (k as u64 + 1) * per).min(end);
-                store.verify_fetched(a..b, &spans)
-            })?;
+            self.meta.verify_records(start..end, &THREADS, &spans)?;
             start = end;
         }
         Ok(())
@@ -383,7 +374,7 @@ impl Source {
         let Some(cache) = cache else {
             let got = self.fetcher.fetch_all(&requests).await?;
             for (r, b) in requests.iter().zip(got) {
-                spans.insert(r.shard, r.range.start, b);
+                spans.insert(r.file, r.range.start, b);
             }
             spans.sort();
             return Ok((spans, Vec::new()));
@@ -395,8 +386,8 @@ impl Source {
         for r in &requests {
             for b in r.range.start / bs..=(r.range.end - 1) / bs {
                 let lo = r.range.start.max(b * bs) - b * bs;
-                let hi = r.range.end.min(b * bs + self.block_len(bs, r.shard, b)) - b * bs;
-                need.entry((r.shard, b)).or_default().push(lo..hi);
+                let hi = r.range.end.min(b * bs + self.block_len(bs, r.file, b)) - b * bs;
+                need.entry((r.file, b)).or_default().push(lo..hi);
             }
         }
         // What was read, by data file and offset: a part of a request read from
@@ -418,8 +409,8 @@ impl Source {
                 let _ = done.acquire().await;
             }
         });
-        for ((shard, b), bytes) in mine? {
-            pieces.insert((shard, b * bs), bytes);
+        for ((file, b), bytes) in mine? {
+            pieces.insert((file, b * bs), bytes);
         }
         let others: Vec<(BlockKey, Vec<Range<u64>>)> = claimed
             .others()
@@ -433,8 +424,8 @@ impl Source {
                 .read_cached(cache, others, &mut pieces, &mut cached)
                 .await?;
             let keys: Vec<BlockKey> = still.into_keys().collect();
-            for ((shard, b), bytes) in self.fetch_blocks(cache, &keys).await? {
-                pieces.insert((shard, b * bs), bytes);
+            for ((file, b), bytes) in self.fetch_blocks(cache, &keys).await? {
+                pieces.insert((file, b * bs), bytes);
             }
         }
         for r in &requests {
@@ -443,12 +434,12 @@ impl Source {
             let part = |b: u64| -> Result<Bytes> {
                 let lo = r.range.start.max(b * bs);
                 let hi = r.range.end.min(b * bs + bs);
-                let (at, bytes) = match pieces.get(&(r.shard, lo)) {
+                let (at, bytes) = match pieces.get(&(r.file, lo)) {
                     Some(p) => (lo, p),
                     None => (
                         b * bs,
-                        pieces.get(&(r.shard, b * bs)).ok_or_else(|| {
-                            internal(format!("block {b} of data file {} was not read", r.shard))
+                        pieces.get(&(r.file, b * bs)).ok_or_else(|| {
+                            internal(format!("block {b} of data file {} was not read", r.file))
                         })?,
                     ),
                 };
@@ -456,30 +447,30 @@ impl Source {
                 if to > bytes.len() {
                     return Err(internal(format!(
                         "block {b} of data file {} was read short",
-                        r.shard
+                        r.file
                     )));
                 }
                 Ok(bytes.slice(from..to))
             };
             let (first, last) = (r.range.start / bs, (r.range.end - 1) / bs);
             if first == last {
-                spans.insert(r.shard, r.range.start, part(first)?);
+                spans.insert(r.file, r.range.start, part(first)?);
             } else {
                 let mut joined = Vec::with_capacity((r.range.end - r.range.start) as usize);
                 for b in first..=last {
                     joined.extend_from_slice(&part(b)?);
                 }
-                spans.insert(r.shard, r.range.start, Bytes::from(joined));
+                spans.insert(r.file, r.range.start, Bytes::from(joined));
             }
         }
         spans.sort();
         Ok((spans, cached))
     }
 
-    /// Bytes of block `b` of data file `shard`: the block size but for a file's
+    /// Bytes of block `b` of data file `file`: the block size but for a file's
     /// last block.
-    fn block_len(&self, bs: u64, shard: usize, b: u64) -> u64 {
-        let size = self.sizes.get(shard).copied().unwrap_or(0);
+    fn block_len(&self, bs: u64, file: usize, b: u64) -> u64 {
+        let size = self.sizes.get(file).copied().unwrap_or(0);
         bs.min(size.saturating_sub(b * bs))
     }
 
@@ -496,32 +487,32 @@ impl Source {
         let bs = cache.block_bytes();
         let lens: Vec<u64> = lookups
             .iter()
-            .map(|((shard, b), _)| self.block_len(bs, *shard, *b))
+            .map(|((file, b), _)| self.block_len(bs, *file, *b))
             .collect();
         let (id, c) = (self.id, cache.clone());
         let found = tokio::task::spawn_blocking(move || {
             lookups
                 .into_iter()
                 .zip(lens)
-                .map(|(((shard, b), ranges), len)| {
-                    let got = c.read(id, &data_file(shard), b, len, &ranges);
-                    ((shard, b), ranges, got)
+                .map(|(((file, b), ranges), len)| {
+                    let got = c.read(id, &data_file(file), b, len, &ranges);
+                    ((file, b), ranges, got)
                 })
                 .collect::<Vec<_>>()
         })
         .await
         .map_err(|e| internal(format!("reading the cache did not complete: {e}")))?;
         let mut missing = BTreeMap::new();
-        for ((shard, b), ranges, got) in found {
+        for ((file, b), ranges, got) in found {
             match got {
                 Some(parts) => {
                     for (r, bytes) in ranges.iter().zip(parts) {
-                        pieces.insert((shard, b * bs + r.start), bytes);
+                        pieces.insert((file, b * bs + r.start), bytes);
                     }
-                    cached.push((shard, b));
+                    cached.push((file, b));
                 }
                 None => {
-                    missing.insert((shard, b), ranges);
+                    missing.insert((file, b), ranges);
                 }
             }
         }
@@ -541,17 +532,17 @@ impl Source {
         let bs = cache.block_bytes();
         let most = self.fetcher.opts().max_request_bytes.max(bs);
         let mut runs: Vec<Request> = Vec::new();
-        for &(shard, b) in keys {
+        for &(file, b) in keys {
             let start = b * bs;
-            let end = start + self.block_len(bs, shard, b);
+            let end = start + self.block_len(bs, file, b);
             match runs.last_mut() {
                 Some(r)
-                    if r.shard == shard && r.range.end == start && end - r.range.start <= most =>
+                    if r.file == file && r.range.end == start && end - r.range.start <= most =>
                 {
                     r.range.end = end
                 }
                 _ => runs.push(Request {
-                    shard,
+                    file,
                     range: start..end,
                 }),
             }
@@ -562,16 +553,16 @@ impl Source {
             let mut at = r.range.start;
             while at < r.range.end {
                 let b = at / bs;
-                let len = self.block_len(bs, r.shard, b);
+                let len = self.block_len(bs, r.file, b);
                 let from = (at - r.range.start) as usize;
-                blocks.push(((r.shard, b), bytes.slice(from..from + len as usize)));
+                blocks.push(((r.file, b), bytes.slice(from..from + len as usize)));
                 at += len;
             }
         }
         let (id, c, kept) = (self.id, cache.clone(), blocks.clone());
         tokio::task::spawn_blocking(move || {
-            for ((shard, b), piece) in kept {
-                c.put(id, &data_file(shard), b, &piece);
+            for ((file, b), piece) in kept {
+                c.put(id, &data_file(file), b, &piece);
             }
         })
         .await
@@ -648,7 +639,7 @@ async fn small(
 
 /// Reads and checks everything but the records: the header first, then the
 /// other small files and the data files' sizes, concurrently.
-async fn open_parts(fetcher: &Fetcher, cache: Option<&Cache>) -> Result<Store> {
+async fn open_parts(fetcher: &Fetcher, cache: Option<&Cache>) -> Result<Metadata<Vec<u8>>> {
     let loc = fetcher.loc();
     let hname = zrecord::HEADER_FILE;
     let size = match fetcher.size_of(hname).await? {
@@ -710,7 +701,7 @@ async fn open_parts(fetcher: &Fetcher, cache: Option<&Cache>) -> Result<Store> {
         dict,
         attrs,
     };
-    Ok(Store::from_parts(
+    Ok(Metadata::from_parts(
         name,
         &hbytes,
         parts,

@@ -94,10 +94,10 @@ fn read_batch(
         let (off, len) = (e.offset as usize, e.stored_len as usize);
         let dst = &mut out[at..at + len];
         match how {
-            Method::Map => dst.copy_from_slice(&s.maps[e.shard as usize][off..off + len]),
-            Method::Pread => s.files[e.shard as usize].read_exact_at(dst, e.offset)?,
+            Method::Map => dst.copy_from_slice(&s.maps[e.file as usize][off..off + len]),
+            Method::Pread => s.files[e.file as usize].read_exact_at(dst, e.offset)?,
             Method::Uring => {
-                let fd = types::Fd(s.files[e.shard as usize].as_raw_fd());
+                let fd = types::Fd(s.files[e.file as usize].as_raw_fd());
                 let sqe = opcode::Read::new(fd, dst.as_mut_ptr(), len as u32)
                     .offset(e.offset)
                     .build()

@@ -408,8 +408,8 @@ pub struct Entry {
     pub offset: u64,
     /// Stored (possibly compressed) bytes.
     pub stored_len: u32,
-    /// The payload file holding the record.
-    pub shard: u8,
+    /// The data file holding the record.
+    pub file: u8,
     /// xxh3-64 of the stored bytes.
     pub checksum: u64,
 }
@@ -419,7 +419,7 @@ impl Entry {
     pub fn encode_into(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.offset.to_le_bytes());
         out.extend_from_slice(&self.stored_len.to_le_bytes());
-        out.extend_from_slice(&[self.shard, 0, 0, 0]);
+        out.extend_from_slice(&[self.file, 0, 0, 0]);
         out.extend_from_slice(&self.checksum.to_le_bytes());
     }
 
@@ -429,7 +429,7 @@ impl Entry {
         Entry {
             offset: le_u64(raw, 0),
             stored_len: u32::from_le_bytes([raw[8], raw[9], raw[10], raw[11]]),
-            shard: raw[12],
+            file: raw[12],
             checksum: le_u64(raw, 16),
         }
     }
@@ -505,7 +505,7 @@ mod tests {
         let e = Entry {
             offset: 1 << 40,
             stored_len: 77,
-            shard: 254,
+            file: 254,
             checksum: u64::MAX - 3,
         };
         let mut v = Vec::new();

@@ -12,14 +12,20 @@
 
 mod codec;
 mod concat;
+mod decode;
 mod dtype;
 mod error;
 mod format;
+mod local;
+mod meta;
 mod parallel;
+mod plan;
 mod publish;
 mod ragged;
-mod reader;
 mod recycle;
+mod sizes;
+mod source;
+mod verify;
 mod writer;
 
 pub use codec::{encoded_size, train_dictionary, Codec, ALL_CODECS, MAX_EXPANSION, ZSTD_LEVEL};
@@ -32,8 +38,11 @@ pub use format::{
     INDEX_FILE, INDEX_SUMS_FILE, MAGIC, MAX_ATTRS_BYTES, MAX_DATA_SHARDS, MAX_HEADER_BYTES,
     MAX_NDIM, MAX_RECORD_BYTES, OLDEST_FORMAT_VERSION,
 };
+pub use local::{LocalIndex, Store};
+pub use meta::{Metadata, Parts, ReadOptions, StoreInfo};
 pub use parallel::{Parallel, Sequential};
+pub use plan::Plan;
 pub use publish::{clean_stale, is_build_dir_name, temp_sibling, BuildDir};
 pub use ragged::{align_up, element_count, record_spans, RaggedLayout, RaggedView, ALIGN};
-pub use reader::{Parts, Payload, Plan, ReadOptions, Store};
+pub use source::{IndexSource, PayloadSource};
 pub use writer::{Source, Writer, CHUNK_BYTES};

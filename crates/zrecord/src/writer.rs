@@ -528,7 +528,7 @@ where
                 out.push(Entry {
                     offset: shard.size + at as u64,
                     stored_len: bytes.len() as u32,
-                    shard: sid,
+                    file: sid,
                     checksum: xxh3_64(&buf[at..]),
                 });
             }
@@ -545,7 +545,7 @@ where
             out.push(Entry {
                 offset: base + at as u64,
                 stored_len: n as u32,
-                shard: sid,
+                file: sid,
                 checksum: xxh3_64(&buf[at..]),
             });
         }

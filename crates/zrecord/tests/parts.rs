@@ -1,30 +1,34 @@
-//! A store opened from the bytes of its files (`Store::from_parts`) with records
-//! handed in as fetched bytes reads exactly what the local reader reads, and
-//! refuses what the local reader refuses.
+//! A store opened from the bytes of its files (`Metadata::from_parts`), its
+//! records read from a payload source of fetched bytes, reads exactly what the
+//! local reader reads, and refuses what the local reader refuses.
 
 use std::fs;
+use std::ops::Range;
 use std::path::Path;
 
 use zrecord::{
-    data_file, Codec, DType, Entry, Error, Parts, Payload, RaggedView, ReadOptions, Schema,
-    Sequential, Source, Store, Writer,
+    data_file, Codec, DType, Error, Metadata, Parts, PayloadSource, RaggedView, ReadOptions,
+    Schema, Sequential, Source, Store, Writer,
 };
 
 /// Whole data files in memory, as a fetching reader would hold ranges of them.
 struct Files(Vec<Vec<u8>>);
 
-impl Payload for Files {
-    fn stored(&self, e: &Entry) -> Option<&[u8]> {
-        let f = self.0.get(e.shard as usize)?;
-        f.get(e.offset as usize..e.offset as usize + e.stored_len as usize)
+impl PayloadSource for Files {
+    fn bytes(&self, file: usize, range: Range<u64>) -> Option<&[u8]> {
+        self.0
+            .get(file)?
+            .get(range.start as usize..range.end as usize)
     }
 }
+
+type Remote = Metadata<Vec<u8>>;
 
 fn read_opt(p: &Path) -> Option<Vec<u8>> {
     fs::read(p).ok()
 }
 
-fn parts_of(dir: &Path) -> (Vec<u8>, Parts, Files) {
+fn parts_of(dir: &Path) -> (Vec<u8>, Parts<Vec<u8>>, Files) {
     let header = fs::read(dir.join(zrecord::HEADER_FILE)).unwrap();
     let h = Store::open(dir).unwrap().header().clone();
     let parts = Parts {
@@ -71,28 +75,33 @@ fn same_reads(dir: &Path) {
     let local = Store::open(dir).unwrap();
     let (header, parts, files) = parts_of(dir);
     let name = Path::new("s3://bucket/store");
-    let remote = Store::from_parts(name, &header, parts, ReadOptions { checked: true }).unwrap();
-    assert_eq!(remote.header(), local.header());
-    assert_eq!(remote.dictionary().unwrap(), local.dictionary().unwrap());
+    let remote = Remote::from_parts(name, &header, parts, ReadOptions { checked: true }).unwrap();
+    assert_eq!(remote.info().header(), local.header());
+    assert_eq!(remote.info().dictionary(), local.dictionary());
     let n = local.len();
     let idx: Vec<u64> = (0..n).rev().chain([0, n / 2, 0]).collect();
     let plan = local.plan(&idx).unwrap();
     let mut want = vec![0u8; plan.output_len()];
     local.gather(&plan, &mut want, &Sequential).unwrap();
-    let plan = remote.plan_fetched(&idx, &files).unwrap();
+    let plan = remote.plan(&idx, &files).unwrap();
     let mut got = vec![0u8; plan.output_len()];
-    remote
-        .gather_fetched(&plan, &mut got, &Sequential, &files)
-        .unwrap();
+    remote.gather(&plan, &mut got, &Sequential, &files).unwrap();
     assert_eq!(got, want);
     remote.check_index().unwrap();
-    remote.verify_fetched(0..n, &files).unwrap();
-    // Local reads of a store opened from bytes are refused: it has no payload.
-    assert!(matches!(remote.plan(&idx), Err(Error::InvalidArgument(_))));
-    assert!(matches!(
-        remote.verify(&Sequential),
-        Err(Error::InvalidArgument(_))
-    ));
+    remote.verify_records(0..n, &Sequential, &files).unwrap();
+    // A source without the records' bytes is a caller's bug, never data.
+    let none = Files(vec![Vec::new(); files.0.len()]);
+    let nonempty = (0..n).find(|&i| {
+        let mut stored = 0;
+        local.record_sizes(i..i + 1, |_, s| stored = s).unwrap();
+        stored > 0
+    });
+    if let Some(i) = nonempty {
+        assert!(matches!(
+            remote.verify_records(i..i + 1, &Sequential, &none),
+            Err(Error::Internal(_))
+        ));
+    }
 }
 
 #[test]
@@ -117,44 +126,48 @@ fn damaged_parts_and_payloads_are_refused() {
     let (header, parts, files) = parts_of(&dir);
     let name = Path::new("http://h/s");
     let checked = ReadOptions { checked: true };
-    let corrupt = |r: zrecord::Result<Store>| match r {
+    let corrupt = |r: zrecord::Result<Remote>| match r {
         Err(Error::Corrupt { path, msg, .. }) => (path, msg),
         Err(e) => panic!("expected Corrupt, got {e}"),
         Ok(_) => panic!("expected Corrupt, got a store"),
     };
     let mut p = parts.clone();
     p.index.pop();
-    let (path, msg) = corrupt(Store::from_parts(name, &header, p, checked));
+    let (path, msg) = corrupt(Remote::from_parts(name, &header, p, checked));
     assert_eq!(path, name.join("index.bin"));
     assert!(msg.contains("truncated"), "{msg}");
     let mut p = parts.clone();
     p.index[5] ^= 1;
-    let (_, msg) = corrupt(Store::from_parts(name, &header, p, checked));
+    let (_, msg) = corrupt(Remote::from_parts(name, &header, p, checked));
     assert!(msg.contains("index checksum mismatch"), "{msg}");
     let mut p = parts.clone();
     p.index_sums[0] ^= 1;
-    let (path, _) = corrupt(Store::from_parts(name, &header, p, checked));
+    let (path, _) = corrupt(Remote::from_parts(name, &header, p, checked));
     assert_eq!(path, name.join("index.sum"));
     let mut h = header.clone();
     h[20] ^= 1;
-    let (path, _) = corrupt(Store::from_parts(name, &h, parts.clone(), checked));
+    let (path, _) = corrupt(Remote::from_parts(name, &h, parts.clone(), checked));
     assert_eq!(path, name.join("header.bin"));
 
-    let store = Store::from_parts(name, &header, parts, checked).unwrap();
+    let store = Remote::from_parts(name, &header, parts, checked).unwrap();
     let idx = [3u64, 4];
     let entry = store.entries(&idx[..1]).unwrap()[0];
     let mut bad = Files(files.0.clone());
-    bad.0[entry.shard as usize][entry.offset as usize + 3] ^= 0x20;
-    match store.plan_fetched(&idx, &bad) {
+    bad.0[entry.file as usize][entry.offset as usize + 3] ^= 0x20;
+    let read = store.plan(&idx, &bad).and_then(|plan| {
+        let mut out = vec![0u8; plan.output_len()];
+        store.gather(&plan, &mut out, &Sequential, &bad)
+    });
+    match read {
         Err(Error::Corrupt { path, record, msg }) => {
-            assert_eq!(path, name.join(data_file(entry.shard as usize)));
+            assert_eq!(path, name.join(data_file(entry.file as usize)));
             assert_eq!(record, Some(3));
             assert!(msg.contains("checksum mismatch"), "{msg}");
         }
-        other => panic!("expected a checksum error, got {:?}", other.err()),
+        other => panic!("expected a checksum error, got {other:?}"),
     }
     assert!(matches!(
-        store.verify_fetched(0..store.len(), &bad),
+        store.verify_records(0..store.len(), &Sequential, &bad),
         Err(Error::Corrupt {
             record: Some(3),
             ..
@@ -162,7 +175,7 @@ fn damaged_parts_and_payloads_are_refused() {
     ));
     let missing = Files(vec![Vec::new(); files.0.len()]);
     assert!(matches!(
-        store.plan_fetched(&idx, &missing),
+        store.plan(&idx, &missing),
         Err(Error::Internal(_))
     ));
     assert!(matches!(

@@ -1,0 +1,176 @@
+//! Planning a gather: positions to checked entries to the output they need.
+//! Every record whose size the output depends on is resolved and checked here,
+//! before the caller allocates anything, so that damaged data can never make a
+//! gather set aside memory its data does not hold.
+
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::codec::declared_size;
+use crate::error::{Error, Result};
+use crate::format::{Entry, Kind};
+use crate::meta::{Metadata, PREFETCH_AHEAD};
+use crate::ragged::RaggedLayout;
+use crate::source::{not_held, IndexSource, PayloadSource};
+
+/// The records of one gather, resolved and checked, with the output they need.
+/// Made by [`Metadata::plan`]; the output is allocated from
+/// [`Plan::output_len`] only after every record was found sound.
+pub struct Plan<'a> {
+    pub(crate) ids: &'a [u64],
+    /// Resolved entries; empty for raw Dense, whose parts resolve and check
+    /// their own entries while they copy, on every thread.
+    pub(crate) entries: Vec<Entry>,
+    /// The one logical size of every record of a raw Dense plan.
+    uniform: Option<usize>,
+    /// Logical bytes of each record.
+    pub(crate) sizes: Vec<usize>,
+    pub(crate) layout: Option<RaggedLayout>,
+    pub(crate) output_len: usize,
+}
+
+impl Plan<'_> {
+    /// Logical bytes of planned record `k`.
+    #[inline]
+    pub(crate) fn size(&self, k: usize) -> usize {
+        self.uniform.unwrap_or_else(|| self.sizes[k])
+    }
+
+    /// Bytes of output the gather fills.
+    pub fn output_len(&self) -> usize {
+        self.output_len
+    }
+
+    /// Where a Ragged gather puts values, `cu_seqlens` and shapes; `None` for Dense.
+    pub fn layout(&self) -> Option<&RaggedLayout> {
+        self.layout.as_ref()
+    }
+}
+
+pub(crate) fn too_large(records: usize) -> Error {
+    Error::InvalidArgument(format!(
+        "{records} records hold more bytes than this machine can address; gather fewer at once"
+    ))
+}
+
+impl<I: IndexSource> Metadata<I> {
+    /// Resolves and checks the records at `idx` and computes the output they
+    /// need; `src` holds their stored bytes. A compressed record must declare
+    /// exactly its logical size in its frame header, so a damaged frame is
+    /// refused before any output is allocated.
+    pub fn plan<'a, S: PayloadSource + ?Sized>(&self, idx: &'a [u64], src: &S) -> Result<Plan<'a>> {
+        self.check_positions(idx)?;
+        if let (Some(rb), true) = (self.dense_bytes, self.raw) {
+            // Opening checked that a record of this size fits in a data file, so
+            // the output is backed by data; the entries are checked as they are
+            // read.
+            let output_len = (idx.len() as u64)
+                .checked_mul(rb)
+                .and_then(|n| usize::try_from(n).ok())
+                .ok_or_else(|| too_large(idx.len()))?;
+            return Ok(Plan {
+                ids: idx,
+                entries: Vec::new(),
+                uniform: Some(rb as usize),
+                sizes: Vec::new(),
+                layout: None,
+                output_len,
+            });
+        }
+        let (entries, logicals) = self.resolve_sized(idx)?;
+        let mut sizes = Vec::with_capacity(idx.len());
+        let mut total: u64 = 0;
+        for ((&p, e), &logical) in idx.iter().zip(&entries).zip(&logicals) {
+            self.check_declared_size(src, e, p, logical)?;
+            total = total
+                .checked_add(logical)
+                .ok_or_else(|| too_large(idx.len()))?;
+            sizes.push(logical as usize);
+        }
+        let total = usize::try_from(total).map_err(|_| too_large(idx.len()))?;
+        let schema = self.schema();
+        let (layout, output_len) = match schema.kind {
+            Kind::Dense => (None, total),
+            Kind::Ragged => {
+                let isz = schema.dtype.itemsize();
+                let layout = RaggedLayout::new(idx.len(), schema.ndim, total / isz, isz)?;
+                let len = layout.total;
+                (Some(layout), len)
+            }
+        };
+        Ok(Plan {
+            ids: idx,
+            entries,
+            uniform: None,
+            sizes,
+            layout,
+            output_len,
+        })
+    }
+
+    /// The checked entries of `ids` and each record's logical size, with the
+    /// index entries a few positions ahead prefetched.
+    fn resolve_sized(&self, ids: &[u64]) -> Result<(Vec<Entry>, Vec<u64>)> {
+        let mut entries = Vec::with_capacity(ids.len());
+        let mut sizes = Vec::with_capacity(ids.len());
+        for (k, &p) in ids.iter().enumerate() {
+            if let Some(&q) = ids.get(k + PREFETCH_AHEAD) {
+                self.prefetch_entry(q);
+            }
+            let (e, logical) = self.checked_entry(p)?;
+            entries.push(e);
+            sizes.push(logical);
+        }
+        Ok((entries, sizes))
+    }
+
+    /// The stored bytes of the checked entry `e` in `src`.
+    #[inline]
+    pub(crate) fn stored<'s, S: PayloadSource + ?Sized>(
+        &self,
+        src: &'s S,
+        e: &Entry,
+    ) -> Result<&'s [u8]> {
+        let len = u64::from(e.stored_len);
+        // Checked entries lie inside their file, so the end cannot overflow.
+        match src.bytes(e.file as usize, e.offset..e.offset + len) {
+            Some(b) if b.len() as u64 == len => Ok(b),
+            Some(b) => Err(Error::Internal(format!(
+                "{} bytes handed in for a record of {len} stored bytes",
+                b.len()
+            ))),
+            None => Err(not_held(e.file as usize, e.offset)),
+        }
+    }
+
+    /// A compressed record's frame must declare exactly its logical size, so
+    /// that nothing is allocated for a size the frame does not hold. A checked
+    /// store's refusal names damaged stored bytes as such: the frame header is
+    /// read before the bytes are hashed, which the decode does.
+    #[inline]
+    pub(crate) fn check_declared_size<S: PayloadSource + ?Sized>(
+        &self,
+        src: &S,
+        e: &Entry,
+        pos: u64,
+        logical: u64,
+    ) -> Result<()> {
+        if self.raw {
+            return Ok(());
+        }
+        let stored = self.stored(src, e)?;
+        let refuse = |msg: String| {
+            if self.info().options().checked && xxh3_64(stored) != e.checksum {
+                self.checksum_error(e, pos)
+            } else {
+                self.payload_error(e, pos, msg)
+            }
+        };
+        let declared = declared_size(stored).map_err(refuse)?;
+        if declared != logical {
+            return Err(refuse(format!(
+                "its frame declares {declared} bytes, its shape needs {logical}"
+            )));
+        }
+        Ok(())
+    }
+}
