@@ -110,34 +110,27 @@ DATASETS: dict[str, Callable[[bool], tuple[object, dict]]] = {"photos": photos, 
 
 def verify(ds, out: Path) -> None:
     """Every stored record equals its Arrow source value."""
-    from loaderx.zrecord import Dense, Ragged
+    from loaderx.zrecord import Dense
+    from loaderx.zrecord import open as open_store
 
     table_ = ds.data.table
     for name in ds.column_names:
         col = table_.column(name)
-        path = out / name
-        if _kind(path) == "dense":
-            with Dense.open(path) as s:
+        with open_store(out / name) as s:
+            if isinstance(s, Dense):
                 got = np.from_dlpack(s[:]).tolist()
-            want = col.to_pylist()
-        else:
-            with Ragged.open(path) as s:
-                recs = [np.from_dlpack(t) for t in s[:].to_tensors()]
-            values = col.to_pylist()
-            if isinstance(values[0], dict):  # an Image file
-                got, want = [r.tobytes() for r in recs], [v["bytes"] for v in values]
-            elif isinstance(values[0], str):
-                got, want = [r.tobytes().decode("utf-8") for r in recs], values
+                want = col.to_pylist()
             else:
-                got, want = [r.tolist() for r in recs], values
+                recs = [np.from_dlpack(t) for t in s[:].to_tensors()]
+                values = col.to_pylist()
+                if isinstance(values[0], dict):  # an Image file
+                    got, want = [r.tobytes() for r in recs], [v["bytes"] for v in values]
+                elif isinstance(values[0], str):
+                    got, want = [r.tobytes().decode("utf-8") for r in recs], values
+                else:
+                    got, want = [r.tolist() for r in recs], values
         if got != want:
             raise SystemExit(f"verification failed: column {name!r} differs from the source")
-
-
-def _kind(path: Path) -> str:
-    from loaderx import _native
-
-    return _native.Store.open(str(path)).kind
 
 
 def verify_baselines(ds, saved: Path, parquet: Path) -> None:

@@ -302,17 +302,16 @@ def breakdown(args: argparse.Namespace) -> None:
 
 
 def parts_worker(args: argparse.Namespace) -> None:
-    """Times the layers of one gather: the native call alone, ``rs.gather`` (adds
-    the RaggedBatch wrapper), ``rs[idx]`` (adds index dispatch), ``rs[idx]`` with
-    the three ``np.from_dlpack`` (the benchmark's call) and npy-mmap packing."""
+    """Times the layers of one gather through the public API: ``rs.gather`` (the
+    native call and the RaggedBatch wrapper), ``rs[idx]`` (adds index dispatch),
+    ``rs[idx]`` with the three ``np.from_dlpack`` (the benchmark's call) and
+    npy-mmap packing."""
     from loaderx.zrecord import Ragged
 
     src = RaggedSource.load(*args.src)
     warm_array(src.values)
     warm_files(Path(args.store))
     rs = Ragged.open(args.store)
-    native = rs._store()
-    placement = rs._native_allocator()
     rng = np.random.default_rng(SEED)
     draw = lambda: rng.integers(0, src.n, BATCH, dtype=np.int64)  # noqa: E731
 
@@ -321,7 +320,6 @@ def parts_worker(args: argparse.Namespace) -> None:
         return np.from_dlpack(b.values), np.from_dlpack(b.cu_seqlens), np.from_dlpack(b.shapes)
 
     calls = {
-        "native call": lambda idx: native.gather_ragged(idx, placement),
         "rs.gather": rs.gather,
         "rs[idx]": rs.__getitem__,
         "+ from_dlpack": full,

@@ -11,7 +11,8 @@ Compares, in one run on the same machine:
       python3 -m venv .venv-peer && .venv-peer/bin/pip install loaderx==2.8.6 numpy
 
 Outputs are verified first (shape, dtype, range; for this tree also the exact
-values against the pure-Python reference in ``loaderx_bench/sampler_reference.py``),
+values against the pure-Python reference the tests hold it to,
+``tests/support/sampler_reference.py``),
 then timed. Each figure is the median over timed blocks of the mean time per call in a
 block of ``--block`` calls. The contenders take turns for every (mode, B) within
 each round (the peer as a persistent worker process), so that changes in machine
@@ -23,16 +24,32 @@ Usage: python scripts/bench_sampler.py [--length 1000000] [--rounds 3]
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import statistics
 import subprocess
 import time
+from types import ModuleType
 
 import numpy as np
 
-from loaderx_bench import sampler_reference as ref
 from loaderx_bench.machine import load_average, machine
 from loaderx_bench.paths import REPO
+
+
+def _reference() -> ModuleType:
+    """The tests' sampler reference model, loaded from the checkout: the outputs
+    timed here are checked against the same model as the native Sampler's."""
+    path = REPO / "tests" / "support" / "sampler_reference.py"
+    spec = importlib.util.spec_from_file_location("sampler_reference", path)
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"{path}: the sampler reference model is missing")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ref = _reference()
 
 PEER_PYTHON = REPO / ".venv-peer" / "bin" / "python"
 BATCHES = (64, 256, 1024, 4096)

@@ -1,6 +1,7 @@
 """A pure-Python model of the Sampler's three batch functions, written from
 ``docs/sampler.md`` alone (plain integers, no NumPy in the arithmetic). The tests
-check that the native Sampler reproduces it bit for bit."""
+check that the native Sampler reproduces it bit for bit, and the sampler benchmark
+(benchmarks/loaderx_bench/sampler.py) loads this file to check what it times."""
 
 from __future__ import annotations
 
