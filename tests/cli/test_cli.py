@@ -9,9 +9,11 @@ import sys
 import numpy as np
 import pytest
 
-from loaderx import __main__ as cli
 from loaderx import converter
 from loaderx.__main__ import find_stores, main
+from loaderx._cli import info as info_command
+from loaderx._cli import verify as verify_command
+from loaderx.converter import _hub as hub
 from loaderx.utils import CodecAdvice, codec_advice
 from loaderx.zrecord import Dense, Ragged, RaggedBatch
 
@@ -229,7 +231,8 @@ def test_urls_go_to_open_unchanged(monkeypatch, capsys):
         seen.append((path, storage_options))
         raise OSError(f"{path}: unreachable")
 
-    monkeypatch.setattr(cli, "_open", fake_open)
+    monkeypatch.setattr(info_command, "open_reader", fake_open)
+    monkeypatch.setattr(verify_command, "open_reader", fake_open)
     assert main(["info", "https://example.invalid/s", "s3://b/k"]) == 1
     assert seen == [("https://example.invalid/s", {}), ("s3://b/k", {})]
     seen.clear()
@@ -259,7 +262,7 @@ def test_convert_from_disk_parquet_and_hub(tmp_path, capsys, monkeypatch):
         calls.append((repo, config, revision))
         return datasets.DatasetDict({"train": ds})
 
-    monkeypatch.setattr(converter, "huggingface", fake_hub)
+    monkeypatch.setattr(hub, "huggingface", fake_hub)
     dest = tmp_path / "hub"
     assert main(["convert", "owner/name", str(dest), "--revision", "abc", "--quiet"]) == 0
     assert calls == [("owner/name", None, "abc")]

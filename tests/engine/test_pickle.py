@@ -187,6 +187,106 @@ def test_loaders_refuse_to_pickle(root):
                 pickle.dumps(iter(loader))
 
 
+# -- pickles of earlier versions -------------------------------------------------
+# What readers pickled as before loaderx.zrecord became a package, spelled out in
+# pickle protocol 2 opcodes: every version names the same module paths, so a
+# pickle taken by one version reopens its store in another.
+
+
+def _global(module: str, name: str) -> bytes:
+    return b"c" + module.encode() + b"\n" + name.encode() + b"\n"
+
+
+def _str(s: str) -> bytes:
+    raw = s.encode()
+    return b"X" + len(raw).to_bytes(4, "little") + raw
+
+
+def _int(n: int) -> bytes:
+    raw = n.to_bytes(9, "little", signed=True)
+    return b"\x8a" + bytes([len(raw)]) + raw
+
+
+def _reader_pickle(kind: str, path: str, checksum: int, tail: bytes) -> bytes:
+    """A reader of `kind` at `path` (root: no binding), `tail` the pickled remote
+    part (None for a local store)."""
+    return (
+        b"\x80\x02"
+        + _global("loaderx.zrecord", "_reopen_reader")
+        + b"("
+        + _global("loaderx.zrecord", kind)
+        + _str(path)
+        + _str(path)
+        + (b"\x88" if tail != b"N" else b"\x89")
+        + _int(checksum)
+        + b"N"
+        + tail
+        + b"tR."
+    )
+
+
+def _globals_named(data: bytes) -> set[tuple[str, str]]:
+    import pickletools
+
+    return {
+        tuple(arg.split(" ", 1)) for op, arg, _ in pickletools.genops(data) if op.name == "GLOBAL"
+    }
+
+
+def test_readers_pickled_by_earlier_versions_reopen(root, tmp_path):
+    dense, ragged = str(root / "dense"), str(root / "ragged")
+    with Dense.open(dense) as d, Ragged.open(ragged) as r:
+        checksums = d.header_checksum, r.header_checksum
+    d2 = pickle.loads(_reader_pickle("Dense", dense, checksums[0], b"N"))
+    r2 = pickle.loads(_reader_pickle("Ragged", ragged, checksums[1], b"N"))
+    assert (type(d2), d2.path, d2.checked) == (Dense, dense, False)
+    assert host(d2[[7, 0]]).tolist() == DATA[[7, 0]].tolist()
+    assert ragged_lists(r2[[6, 13]]) == [RECORDS[i].tolist() for i in (6, 13)]
+    # A store URL, with the storage options as the strings earlier versions kept
+    # and a Cache pickled by its fields.
+    url = (root / "dense").as_uri()
+    remote = (
+        _global("loaderx.zrecord", "_Remote")
+        + _str(url)
+        + _str("retries")
+        + _str("3")
+        + b"\x86\x85"
+        + _global("loaderx.zrecord", "Cache")
+        + b")\x81}("
+        + _str("path")
+        + _str(str(tmp_path / "cache"))
+        + _str("max_bytes")
+        + _int(1 << 30)
+        + _str("block_bytes")
+        + _int(1 << 20)
+        + b"ub\x87\x81"
+    )
+    u = pickle.loads(_reader_pickle("Dense", url, checksums[0], remote))
+    assert (u.url, u.path) == (url, url)
+    assert host(u[[3]]).tolist() == DATA[[3]].tolist()
+
+
+def test_readers_pickle_by_the_module_paths_of_every_version(root, tmp_path):
+    with Dense.open(root / "dense") as d, Ragged.open(root / "ragged") as r:
+        assert _globals_named(pickle.dumps(d, protocol=2)) == {
+            ("loaderx.zrecord", "_reopen_reader"),
+            ("loaderx.zrecord", "Dense"),
+        }
+        assert _globals_named(pickle.dumps(r.bind(host_alloc.Allocator()), protocol=2)) == {
+            ("loaderx.zrecord", "_reopen_reader"),
+            ("loaderx.zrecord", "Ragged"),
+            ("loaderx.allocator.host", "_reopen"),
+        }
+    url = (root / "dense").as_uri()
+    with Dense.open(url, cache=tmp_path / "c") as u:
+        assert _globals_named(pickle.dumps(u, protocol=2)) == {
+            ("loaderx.zrecord", "_reopen_reader"),
+            ("loaderx.zrecord", "Dense"),
+            ("loaderx.zrecord", "_Remote"),
+            ("loaderx.zrecord", "Cache"),
+        }
+
+
 # -- in child processes -----------------------------------------------------------
 
 METHODS = [

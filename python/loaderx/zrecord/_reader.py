@@ -203,6 +203,12 @@ class StoreReader(ABC, Generic[_BatchT]):
         return numpy_dtype(self._store().dtype)
 
     @property
+    def dtype_name(self) -> str:
+        """The element type's name (``"float32"``, ``"bfloat16"``...), which,
+        unlike ``dtype``, needs no ml_dtypes."""
+        return self._store().dtype
+
+    @property
     def codec(self) -> str:
         return self._store().codec
 

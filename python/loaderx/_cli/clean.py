@@ -1,0 +1,28 @@
+"""``loaderx clean``: the build directories killed writers left behind."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..zrecord import clean
+from ._common import OK, USAGE, NewCommand
+
+
+def run(args: argparse.Namespace) -> int:
+    status = OK
+    for p in args.paths:
+        try:
+            for removed in clean(p):
+                print(f"removed {removed}")
+        except OSError as e:
+            print(f"error: {e}", file=sys.stderr)
+            status = USAGE
+    return status
+
+
+def add(new: NewCommand) -> None:
+    about = "remove build directories killed writers left"
+    p = new("clean", about)
+    p.add_argument("paths", nargs="+", metavar="DIR")
+    p.set_defaults(run=run)
