@@ -255,3 +255,31 @@ def test_create_makes_parent_directories(tmp_path):
         w.append(np.zeros((3, 2, 2), np.uint8))
     with Dense.open(str(tmp_path / "mnist" / "x")) as ds:
         assert len(ds) == 3 and ds.path == str(tmp_path / "mnist" / "x")
+
+
+def test_a_negative_position_is_out_of_range_however_it_is_given(tmp_path):
+    """`ds[-1]` is loaderx's OutOfRangeError; a negative position in a list, a
+    tuple or an integer array is the same error with the same message, so that
+    `except LoaderxError` catches every one."""
+    from loaderx.errors import LoaderxError, OutOfRangeError
+
+    with Dense.create(tmp_path / "d", np.int32, (2,), codec="raw") as w:
+        w.append(np.arange(10, dtype=np.int32).reshape(5, 2))
+    with Ragged.create(tmp_path / "r", np.int16, ndim=1, codec="zstd") as w:
+        w.append(RaggedBatch.from_records([np.arange(n, dtype=np.int16) for n in range(5)]))
+    for store in (Dense.open(tmp_path / "d"), Ragged.open(tmp_path / "r")):
+        with store:
+            for key, shown in (
+                (-1, -1),
+                ([-1], -1),
+                ((0, -2), -2),
+                (np.array([-1]), -1),
+                (np.array([3, -4], dtype=np.int32), -4),
+                (np.array([1, -5], dtype=np.int64), -5),
+            ):
+                with pytest.raises(OutOfRangeError) as info:
+                    store[key]
+                assert isinstance(info.value, LoaderxError)
+                assert str(info.value) == (
+                    f"position {shown} is out of range for a store of 5 records (0..4)"
+                ), key

@@ -260,7 +260,7 @@ def exercise_writers(nat: Native, root: pathlib.Path, codec: str, dictionary: by
 
 
 def exercise_store(nat: Native, root: pathlib.Path, codec: str, dictionary: bytes | None):
-    host = nat.call(_native.Placement, "host", 1 << 20)
+    host = nat.call(_native.Allocator, "host", 1 << 20)
     dense = nat.call(_native.Store, "open", root / "dense")
     assert nat.call(dense, "__len__") == 10
     assert nat.get(dense, "kind") == "dense" and nat.get(dense, "dtype") == "float32"
@@ -333,7 +333,7 @@ def exercise_tensor(nat: Native, t: object) -> None:
 
 
 def exercise_placements(nat: Native, library: pathlib.Path) -> None:
-    host = nat.call(_native.Placement, "host")
+    host = nat.call(_native.Allocator, "host")
     region = nat.call(host, "allocate", 100)
     assert nat.get(region, "size") == 100 and nat.get(region, "address") % _native.ALIGN == 0
     assert nat.get(region, "device") == nat.get(host, "dl_device") == (_native.DL_CPU, 0)
@@ -345,7 +345,7 @@ def exercise_placements(nat: Native, library: pathlib.Path) -> None:
     nat.call(host, "close")
     assert nat.get(host, "closed") is True
 
-    gpu = nat.call(_native.Placement, "device", "cuda", library, 0, 0)
+    gpu = nat.call(_native.Allocator, "device", "cuda", library, 0, 0)
     assert nat.get(gpu, "library") == str(library)
     assert nat.get(gpu, "dl_device") == (_native.DL_CUDA, 0)
     nat.call(gpu, "close")

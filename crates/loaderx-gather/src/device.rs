@@ -1,7 +1,7 @@
 //! GPU runtimes (CUDA, HIP), loaded from a library path at run time and never
 //! linked, and the pool backings built on them.
 //!
-//! Only the handful of runtime entry points a placement needs are bound: device
+//! Only the handful of runtime entry points an allocator needs are bound: device
 //! count, selection and query, device, managed and pinned host allocation, and a
 //! host-to-device copy. Which library to load is the caller's decision.
 
@@ -61,7 +61,7 @@ impl Api {
         }
     }
 
-    /// The memory a placement on this runtime hands out: CUDA outputs are device
+    /// The memory an allocator on this runtime hands out: CUDA outputs are device
     /// memory filled through pinned staging; HIP outputs are managed memory the
     /// host writes in place, which AMD's integrated and discrete GPUs both map.
     pub fn output_memory(self) -> DeviceKind {
@@ -120,7 +120,7 @@ fn bind<T: Copy>(lib: &Library, api: Api, name: &str, path: &str) -> Result<T> {
 }
 
 impl Runtime {
-    /// Loads the runtime library at `path` and binds the entry points a placement uses.
+    /// Loads the runtime library at `path` and binds the entry points an allocator uses.
     pub fn load(api: Api, path: &Path) -> Result<Arc<Runtime>> {
         let shown = path.display().to_string();
         // SAFETY: loading a GPU runtime runs its initialisers, which is what using

@@ -4,23 +4,25 @@
 //!   verify, exposed to the format crate as a [`zrecord::Parallel`].
 //! * [`Pool`] / [`Block`]: pooled, aligned output memory with exclusive owners.
 //! * [`Runtime`]: CUDA and HIP runtimes, loaded from a path at run time.
-//! * [`Placement`]: output memory on the host or a device, and the staging that
+//! * [`Allocator`]: output memory on the host or a device, and the staging that
 //!   gets decoded bytes there.
-//! * [`gather`]: a store's records into a placement, in one call per batch.
+//! * [`RecordSource`]: a store's records into an allocator's block, in one call
+//!   per batch, whatever holds the store.
 
 #![deny(missing_docs)]
 
+mod allocator;
 mod device;
 mod error;
-pub mod gather;
-mod placement;
 mod pool;
+mod source;
 pub mod threads;
 
+pub use allocator::Allocator;
 pub use device::{Api, DeviceKind, Runtime, DL_CUDA, DL_ROCM};
 pub use error::{Error, Result};
-pub use placement::Placement;
 pub use pool::{
     size_class, Backing, Block, HostMemory, Pool, PoolStats, DEFAULT_IDLE_LIMIT, DL_CPU,
 };
+pub use source::{Begun, RecordSizes, RecordSource, Records};
 pub use threads::THREADS;

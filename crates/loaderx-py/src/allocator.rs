@@ -1,22 +1,22 @@
-//! The native allocator behind every `loaderx.allocator` class: a pooled
-//! placement of outputs in host memory or in a GPU runtime's memory.
+//! The native allocator behind every `loaderx.allocator` class: pooled output
+//! memory on the host or in a GPU runtime's memory.
 
 use std::path::PathBuf;
 
-use loaderx_gather::{Api, Block, Placement, Pool, Runtime, DEFAULT_IDLE_LIMIT};
+use loaderx_gather::{Allocator, Api, Block, Pool, Runtime, DEFAULT_IDLE_LIMIT};
 use pyo3::prelude::*;
 
 use crate::errors::IntoPy;
 
-#[pyclass(module = "loaderx._native", name = "Placement", frozen)]
-pub struct PyPlacement {
-    placement: Placement,
+#[pyclass(module = "loaderx._native", name = "Allocator", frozen)]
+pub struct PyAllocator {
+    allocator: Allocator,
     library: Option<String>,
 }
 
-impl PyPlacement {
-    pub fn placement(&self) -> &Placement {
-        &self.placement
+impl PyAllocator {
+    pub fn allocator(&self) -> &Allocator {
+        &self.allocator
     }
 }
 
@@ -43,13 +43,13 @@ impl Allocation {
 }
 
 #[pymethods]
-impl PyPlacement {
+impl PyAllocator {
     /// Pooled, 64-byte aligned host memory.
     #[staticmethod]
     #[pyo3(signature = (idle_limit=DEFAULT_IDLE_LIMIT))]
     fn host(idle_limit: usize) -> Self {
-        PyPlacement {
-            placement: Placement::host(Pool::host(idle_limit)),
+        PyAllocator {
+            allocator: Allocator::host(Pool::host(idle_limit)),
             library: None,
         }
     }
@@ -65,34 +65,34 @@ impl PyPlacement {
         device: i32,
         idle_limit: usize,
     ) -> PyResult<Self> {
-        let placement = py
+        let allocator = py
             .detach(|| {
                 let rt = Runtime::load(Api::from_name(api)?, &library)?;
-                Placement::device(rt, device, idle_limit)
+                Allocator::device(rt, device, idle_limit)
             })
             .py_err()?;
-        Ok(PyPlacement {
+        Ok(PyAllocator {
             library: Some(library.display().to_string()),
-            placement,
+            allocator,
         })
     }
 
     fn allocate(&self, py: Python<'_>, nbytes: usize) -> PyResult<Allocation> {
-        let pool = self.placement.pool();
+        let pool = self.allocator.pool();
         let block = py.detach(|| pool.acquire(nbytes)).py_err()?;
         Ok(Allocation { block })
     }
 
     /// `(live allocations, live bytes, idle pooled bytes)`.
     fn stats(&self) -> (usize, usize, usize) {
-        let s = self.placement.pool().stats();
+        let s = self.allocator.pool().stats();
         (s.live, s.live_bytes, s.idle_bytes)
     }
 
     /// The DLPack `(device type, device id)` of the memory it hands out.
     #[getter]
     fn dl_device(&self) -> (i32, i32) {
-        self.placement.pool().device()
+        self.allocator.pool().device()
     }
 
     /// The runtime library a GPU allocator loaded.
@@ -103,10 +103,10 @@ impl PyPlacement {
 
     #[getter]
     fn closed(&self) -> bool {
-        self.placement.pool().is_closed()
+        self.allocator.pool().is_closed()
     }
 
     fn close(&self) {
-        self.placement.close()
+        self.allocator.close()
     }
 }

@@ -6,13 +6,14 @@ use std::sync::Arc;
 
 use loaderx_gather::{Block, DL_CPU};
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
-use pyo3::exceptions::{PyBufferError, PyImportError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use pyo3::{ffi, IntoPyObjectExt};
 use zrecord::{dl_code, DType};
 
-use crate::errors::{missing_dependency, IntoPy};
+use crate::errors::{
+    bad_buffer, invalid_argument, is_type_error, missing_dependency, wrong_type, IntoPy,
+};
 
 const DLPACK_MAJOR: u32 = 1;
 /// DLPack 1.1 added the float8 type codes; the layout is 1.0's.
@@ -72,7 +73,7 @@ pub(crate) fn typed<'a, T>(bytes: &'a [u8], what: &str) -> PyResult<&'a [T]> {
         return Ok(&[]);
     }
     if bytes.len() % size != 0 || (bytes.as_ptr() as usize) % std::mem::align_of::<T>() != 0 {
-        return Err(PyValueError::new_err(format!(
+        return Err(invalid_argument(format!(
             "{what} is not an aligned array of {size}-byte items"
         )));
     }
@@ -219,7 +220,7 @@ fn dlpack_capsule<'py>(producer: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAn
     let kwargs = PyDict::new(py);
     kwargs.set_item("max_version", (DLPACK_MAJOR, DLPACK_MINOR))?;
     match producer.call_method("__dlpack__", (), Some(&kwargs)) {
-        Err(e) if e.is_instance_of::<PyTypeError>(py) => producer.call_method0("__dlpack__"),
+        Err(e) if is_type_error(py, &e) => producer.call_method0("__dlpack__"),
         r => r,
     }
 }
@@ -258,7 +259,7 @@ struct HostView {
 unsafe fn check_host_tensor(raw: &RawTensor) -> PyResult<HostView> {
     let device = (raw.device.device_type, raw.device.device_id);
     if device.0 != DL_CPU {
-        return Err(PyBufferError::new_err(format!(
+        return Err(bad_buffer(format!(
             "the tensor lives on DLPack device {device:?}; transfer it to the host explicitly"
         )));
     }
@@ -266,7 +267,7 @@ unsafe fn check_host_tensor(raw: &RawTensor) -> PyResult<HostView> {
     let dtype = match DType::from_dlpack(code, bits) {
         Some(d) if lanes == 1 => d,
         _ => {
-            return Err(PyBufferError::new_err(format!(
+            return Err(bad_buffer(format!(
                 "DLPack type (code {code}, bits {bits}, lanes {lanes}) is not a dtype a store holds"
             )))
         }
@@ -274,11 +275,11 @@ unsafe fn check_host_tensor(raw: &RawTensor) -> PyResult<HostView> {
     let ndim = usize::try_from(raw.ndim)
         .ok()
         .filter(|&n| n <= MAX_IMPORT_NDIM)
-        .ok_or_else(|| PyBufferError::new_err(format!("DLPack ndim {} is invalid", raw.ndim)))?;
+        .ok_or_else(|| bad_buffer(format!("DLPack ndim {} is invalid", raw.ndim)))?;
     let shape: Vec<i64> = if ndim == 0 {
         Vec::new()
     } else if raw.shape.is_null() {
-        return Err(PyBufferError::new_err("DLPack shape is null"));
+        return Err(bad_buffer("DLPack shape is null"));
     } else {
         // SAFETY: the caller guarantees `ndim` shape entries.
         unsafe { std::slice::from_raw_parts(raw.shape, ndim) }.to_vec()
@@ -295,9 +296,9 @@ unsafe fn check_host_tensor(raw: &RawTensor) -> PyResult<HostView> {
             usize::try_from(d).ok().and_then(|d| acc.checked_mul(d))
         })
         .filter(|&n| isize::try_from(n).is_ok())
-        .ok_or_else(|| PyBufferError::new_err(format!("DLPack shape {shape:?} is invalid")))?;
+        .ok_or_else(|| bad_buffer(format!("DLPack shape {shape:?} is invalid")))?;
     if !c_contiguous(&shape, strides) {
-        return Err(PyBufferError::new_err(format!(
+        return Err(bad_buffer(format!(
             "the tensor is strided (shape {shape:?}, strides {:?}); make it contiguous first \
              if a copy is intended",
             strides.unwrap_or_default()
@@ -314,10 +315,10 @@ unsafe fn check_host_tensor(raw: &RawTensor) -> PyResult<HostView> {
         });
     }
     let offset = usize::try_from(raw.byte_offset)
-        .map_err(|_| PyBufferError::new_err("DLPack byte_offset is invalid"))?;
+        .map_err(|_| bad_buffer("DLPack byte_offset is invalid"))?;
     let ptr = (raw.data as *mut u8).wrapping_add(offset);
     if raw.data.is_null() || (ptr as usize) % dtype.itemsize() != 0 {
-        return Err(PyBufferError::new_err(
+        return Err(bad_buffer(
             "the tensor's data pointer is null or misaligned",
         ));
     }
@@ -342,7 +343,7 @@ fn import_capsule(capsule: &Bound<'_, PyAny>) -> PyResult<DLTensor> {
                 let m = ffi::PyCapsule_GetPointer(cap, NAME_VERSIONED.as_ptr())
                     as *mut ManagedVersioned;
                 if m.is_null() || (*m).version[0] != DLPACK_MAJOR {
-                    return Err(PyBufferError::new_err(format!(
+                    return Err(bad_buffer(format!(
                         "DLPack version {:?} is not 1.x",
                         if m.is_null() { [0, 0] } else { (*m).version }
                     )));
@@ -358,7 +359,7 @@ fn import_capsule(capsule: &Bound<'_, PyAny>) -> PyResult<DLTensor> {
             } else if ffi::PyCapsule_IsValid(cap, NAME_LEGACY.as_ptr()) == 1 {
                 let m = ffi::PyCapsule_GetPointer(cap, NAME_LEGACY.as_ptr()) as *mut ManagedLegacy;
                 if m.is_null() {
-                    return Err(PyBufferError::new_err("DLPack capsule holds no tensor"));
+                    return Err(bad_buffer("DLPack capsule holds no tensor"));
                 }
                 let view = check_host_tensor(&(*m).dl_tensor)?;
                 (
@@ -368,7 +369,7 @@ fn import_capsule(capsule: &Bound<'_, PyAny>) -> PyResult<DLTensor> {
                     c"used_dltensor",
                 )
             } else {
-                return Err(PyTypeError::new_err(
+                return Err(wrong_type(
                     "__dlpack__ did not return a DLPack capsule (or it was already consumed)",
                 ));
             };
@@ -439,9 +440,7 @@ impl DLTensor {
                 device: self.device,
                 readonly: self.readonly,
             }),
-            _ => Err(PyValueError::new_err(
-                "view lies outside the tensor's memory",
-            )),
+            _ => Err(invalid_argument("view lies outside the tensor's memory")),
         }
     }
 
@@ -461,7 +460,7 @@ impl DLTensor {
     /// device's managed memory.
     pub fn host_bytes(&self) -> PyResult<&[u8]> {
         if !self.owner.host_accessible() {
-            return Err(PyValueError::new_err(format!(
+            return Err(invalid_argument(format!(
                 "this DLTensor lives in memory of device {:?} that the host cannot read; \
                  transfer it to the host explicitly first",
                 self.device
@@ -567,14 +566,14 @@ impl DLTensor {
         let _ = stream;
         if let Some(dev) = dl_device {
             if dev != self.device {
-                return Err(PyBufferError::new_err(format!(
+                return Err(bad_buffer(format!(
                     "DLTensor lives on device {:?} and does not copy to {dev:?}",
                     self.device
                 )));
             }
         }
         if copy == Some(true) {
-            return Err(PyBufferError::new_err(
+            return Err(bad_buffer(
                 "DLTensor exports without copying; copy in the consuming framework",
             ));
         }
@@ -597,7 +596,7 @@ impl DLTensor {
     #[getter]
     fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         if self.device.0 != DL_CPU {
-            return Err(PyTypeError::new_err(format!(
+            return Err(wrong_type(format!(
                 "this DLTensor lives on DLPack device {:?}, not in host memory, so it has no \
                  __array_interface__; import it with the framework's from_dlpack \
                  (torch.from_dlpack, jax.dlpack.from_dlpack, cupy.from_dlpack)",
@@ -621,10 +620,10 @@ impl DLTensor {
     #[staticmethod]
     fn _from_array(array: &Bound<'_, PyUntypedArray>) -> PyResult<DLTensor> {
         if !array.is_c_contiguous() {
-            return Err(PyValueError::new_err("the array must be C-contiguous"));
+            return Err(invalid_argument("the array must be C-contiguous"));
         }
         let dtype = DType::from_name(&array.dtype().str()?.to_string())
-            .ok_or_else(|| PyValueError::new_err("the array's dtype cannot be exported"))?;
+            .ok_or_else(|| invalid_argument("the array's dtype cannot be exported"))?;
         let shape: Vec<i64> = array.shape().iter().map(|&d| d as i64).collect();
         // SAFETY: reading the fields of a live array object.
         let (ptr, writable) = unsafe {
@@ -710,9 +709,7 @@ impl DLTensor {
     fn __len__(&self) -> PyResult<usize> {
         match self.shape.first() {
             Some(&n) => Ok(n as usize),
-            None => Err(pyo3::exceptions::PyTypeError::new_err(
-                "len() of a 0-d DLTensor",
-            )),
+            None => Err(wrong_type("len() of a 0-d DLTensor")),
         }
     }
 
@@ -766,22 +763,20 @@ pub fn numpy_dtype<'py>(py: Python<'py>, dtype: DType) -> PyResult<Bound<'py, Py
     let make = py.import("numpy")?.getattr("dtype")?;
     match make.call1((dtype.name(),)) {
         Ok(d) => return d.into_bound_py_any(py),
-        Err(e) if !e.is_instance_of::<PyTypeError>(py) => return Err(e),
+        Err(e) if !is_type_error(py, &e) => return Err(e),
         Err(_) => {}
     }
     let ml_dtypes = py.import("ml_dtypes").map_err(|e| {
-        if e.is_instance_of::<PyImportError>(py) {
-            missing_dependency(
-                "ml_dtypes",
-                format!(
-                    "dtype {} needs the ml_dtypes package, which is not installed: \
-                     pip install ml-dtypes",
-                    dtype.name()
-                ),
-            )
-        } else {
-            e
-        }
+        missing_dependency(
+            py,
+            e,
+            "ml_dtypes",
+            format!(
+                "dtype {} needs the ml_dtypes package, which is not installed: \
+                 pip install ml-dtypes",
+                dtype.name()
+            ),
+        )
     })?;
     make.call1((ml_dtypes.getattr(dtype.name())?,))?
         .into_bound_py_any(py)
@@ -791,7 +786,7 @@ pub fn numpy_dtype<'py>(py: Python<'py>, dtype: DType) -> PyResult<Bound<'py, Py
 #[pyfunction(name = "numpy_dtype")]
 pub fn py_numpy_dtype<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
     let dtype = DType::from_name(name).ok_or_else(|| {
-        PyValueError::new_err(format!(
+        invalid_argument(format!(
             "{name:?} is not the name of a dtype a store can hold"
         ))
     })?;

@@ -6,10 +6,13 @@
 use pyo3::prelude::*;
 
 mod allocator;
+mod convert;
 mod dlpack;
 mod errors;
+mod publish;
 mod sampler;
 mod store;
+mod writer;
 
 /// The rules and limits the Python package checks arguments against, defined
 /// once in the crates and exported here so that no rule is written twice.
@@ -53,21 +56,22 @@ fn constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
 
 #[pymodule(gil_used = true)]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    errors::init(m.py())?;
     constants(m)?;
     m.add_class::<dlpack::DLTensor>()?;
     m.add_class::<store::PyStore>()?;
     m.add_class::<store::PyPending>()?;
-    m.add_class::<store::PyWriter>()?;
-    m.add_class::<allocator::PyPlacement>()?;
+    m.add_class::<writer::PyWriter>()?;
+    m.add_class::<allocator::PyAllocator>()?;
     m.add_class::<allocator::Allocation>()?;
     m.add_function(wrap_pyfunction!(dlpack::py_numpy_dtype, m)?)?;
-    m.add_function(wrap_pyfunction!(store::check_ragged, m)?)?;
+    m.add_function(wrap_pyfunction!(writer::check_ragged, m)?)?;
     m.add_function(wrap_pyfunction!(store::out_of_range, m)?)?;
-    m.add_function(wrap_pyfunction!(store::train_dictionary, m)?)?;
-    m.add_function(wrap_pyfunction!(store::encoded_size, m)?)?;
-    m.add_class::<store::PyBuildDir>()?;
-    m.add_function(wrap_pyfunction!(store::clean_stale, m)?)?;
-    m.add_function(wrap_pyfunction!(store::concat, m)?)?;
+    m.add_function(wrap_pyfunction!(writer::train_dictionary, m)?)?;
+    m.add_function(wrap_pyfunction!(writer::encoded_size, m)?)?;
+    m.add_class::<publish::PyBuildDir>()?;
+    m.add_function(wrap_pyfunction!(publish::clean_stale, m)?)?;
+    m.add_function(wrap_pyfunction!(publish::concat, m)?)?;
     m.add_function(wrap_pyfunction!(store::upload, m)?)?;
     m.add_function(wrap_pyfunction!(store::is_url, m)?)?;
     sampler::register(m)?;

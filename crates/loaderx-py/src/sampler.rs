@@ -12,11 +12,10 @@ use std::ptr::NonNull;
 use loaderx_sampler::mixture::{Mixture, Scratch, Weight};
 use loaderx_sampler::{Mode, Sampler};
 use numpy::{IntoPyArray, PyArray1, PyArrayMethods};
-use pyo3::exceptions::{PyMemoryError, PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt};
 
-use crate::errors::{invalid_argument, IntoPy};
+use crate::errors::{invalid_argument, out_of_memory, overflow, wrong_type, IntoPy};
 
 /// Batches of at least this many indices are filled with the GIL released.
 const DETACH_FROM: usize = 65_536;
@@ -57,9 +56,7 @@ pub struct PySampler {
 /// `bool`, with errors that name the argument.
 fn int_arg(obj: &Bound<'_, PyAny>, name: &str, min: u64) -> PyResult<u64> {
     if obj.is_instance_of::<PyBool>() {
-        return Err(PyTypeError::new_err(format!(
-            "{name} must be an integer, not bool"
-        )));
+        return Err(wrong_type(format!("{name} must be an integer, not bool")));
     }
     let as_int = if obj.is_instance_of::<PyInt>() {
         obj.clone()
@@ -72,9 +69,7 @@ fn int_arg(obj: &Bound<'_, PyAny>, name: &str, min: u64) -> PyResult<u64> {
         obj.call_method0(pyo3::intern!(obj.py(), "__index__"))
             .ok()
             .filter(|v| v.is_instance_of::<PyInt>())
-            .ok_or_else(|| {
-                PyTypeError::new_err(format!("{name} must be an integer, got {type_name}"))
-            })?
+            .ok_or_else(|| wrong_type(format!("{name} must be an integer, got {type_name}")))?
     };
     match as_int.extract::<u64>() {
         Ok(v) if v >= min => Ok(v),
@@ -96,14 +91,14 @@ fn mode_arg(obj: &Bound<'_, PyAny>) -> PyResult<Mode> {
 fn output(py: Python<'_>, batch: usize) -> PyResult<(Py<PyArray1<u64>>, Region)> {
     let mut buf: Vec<u64> = Vec::new();
     buf.try_reserve_exact(batch).map_err(|_| {
-        PyMemoryError::new_err(format!(
+        out_of_memory(format!(
             "cannot allocate a buffer of {batch} uint64 indices"
         ))
     })?;
     buf.resize(batch, 0);
     let array = buf.into_pyarray(py);
     let ptr = NonNull::new(array.data())
-        .ok_or_else(|| PyMemoryError::new_err("NumPy returned a null index buffer"))?;
+        .ok_or_else(|| out_of_memory("NumPy returned a null index buffer"))?;
     Ok((array.unbind(), Region { ptr, len: batch }))
 }
 
@@ -120,9 +115,7 @@ where
     F: FnOnce(u64, &mut [u64]) -> loaderx_sampler::Result<()> + Send,
 {
     let step = u64::try_from(*next_step).map_err(|_| {
-        PyOverflowError::new_err(
-            "the sampler has drawn its last step (2**64 - 1); seek() to an earlier step",
-        )
+        overflow("the sampler has drawn its last step (2**64 - 1); seek() to an earlier step")
     })?;
     let out = region.as_mut_slice();
     if out.len() >= DETACH_FROM {
@@ -240,8 +233,7 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
 
 /// Every item of the iterable `obj`, with a `TypeError` naming `what` otherwise.
 fn items<'py>(obj: &Bound<'py, PyAny>, what: &str) -> PyResult<Vec<Bound<'py, PyAny>>> {
-    let not_iterable =
-        || PyTypeError::new_err(format!("{what} must be a sequence, got {}", type_name(obj)));
+    let not_iterable = || wrong_type(format!("{what} must be a sequence, got {}", type_name(obj)));
     obj.try_iter()
         .map_err(|_| not_iterable())?
         .collect::<PyResult<Vec<_>>>()
@@ -253,7 +245,7 @@ fn range_arg(obj: &Bound<'_, PyAny>, i: usize) -> PyResult<(u64, u64)> {
         .ok()
         .filter(|p| p.len() == 2)
         .ok_or_else(|| {
-            PyTypeError::new_err(format!(
+            wrong_type(format!(
                 "ranges[{i}] must be a (start, stop) pair, got {}",
                 obj.repr().map(|r| r.to_string()).unwrap_or_default()
             ))
@@ -268,7 +260,7 @@ fn range_arg(obj: &Bound<'_, PyAny>, i: usize) -> PyResult<(u64, u64)> {
 /// real number taken as a float.
 fn weight_arg(obj: &Bound<'_, PyAny>, i: usize) -> PyResult<Weight> {
     if obj.is_instance_of::<PyBool>() {
-        return Err(PyTypeError::new_err(format!(
+        return Err(wrong_type(format!(
             "weights[{i}] must be a number, not bool"
         )));
     }
@@ -291,7 +283,7 @@ fn weight_arg(obj: &Bound<'_, PyAny>, i: usize) -> PyResult<Weight> {
         });
     }
     obj.extract::<f64>().map(Weight::Float).map_err(|_| {
-        PyTypeError::new_err(format!(
+        wrong_type(format!(
             "weights[{i}] must be a real number, got {}",
             type_name(obj)
         ))
@@ -342,7 +334,7 @@ impl PyMixture {
         let batch = usize::try_from(batch)
             .map_err(|_| invalid_argument(format!("batch_size {batch} does not fit in memory")))?;
         let core = Mixture::new(&ranges, &weights, batch, &modes, seed).py_err()?;
-        let scratch = core.scratch().map_err(|e| PyMemoryError::new_err(e.0))?;
+        let scratch = core.scratch().map_err(|e| out_of_memory(e.0))?;
         let (array, region) = output(py, batch)?;
         Ok(PyMixture {
             core,

@@ -24,8 +24,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-
-use crate::error::{Error, Result};
+use loaderx_gather::{Error, Result};
 
 /// Block size when the caller does not choose: large enough that a block is
 /// worth a request, small enough that a random record does not drag much else in.
@@ -66,10 +65,7 @@ const MAPPED_BYTES: u64 = 4 << 30;
 const MAPPED_BLOCKS: u64 = 4096;
 
 fn io(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
-    move |source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    }
+    move |source| Error::io(path.to_path_buf(), source)
 }
 
 impl Cache {
@@ -77,13 +73,13 @@ impl Cache {
     /// most `max_bytes` of blocks of `block_bytes` each.
     pub fn open(dir: &Path, max_bytes: u64, block_bytes: u64) -> Result<Cache> {
         if block_bytes == 0 || block_bytes > 1 << 30 {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::invalid(format!(
                 "cache block_bytes must be in 1..=1073741824, got {block_bytes}"
             )));
         }
         fs::create_dir_all(dir).map_err(io(dir))?;
         if !fs::metadata(dir).map_err(io(dir))?.is_dir() {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::invalid(format!(
                 "{}: the cache path is not a directory",
                 dir.display()
             )));

@@ -9,11 +9,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use loaderx_gather::{Error, Result};
 use object_store::{ObjectStore, ObjectStoreExt};
 use tokio::sync::Semaphore;
 use zrecord::{Entry, PayloadSource};
 
-use crate::error::{Error, Result};
 use crate::location::Location;
 
 /// How a remote store fetches. Each field is a storage option of the same name.
@@ -66,7 +66,7 @@ impl FetchOptions {
     pub(crate) fn set(&mut self, key: &str, value: &str) -> Result<()> {
         let int = || {
             value.trim().parse::<u64>().map_err(|_| {
-                Error::InvalidArgument(format!(
+                Error::invalid(format!(
                     "storage option {key} must be a non-negative integer, got {value:?}"
                 ))
             })
@@ -78,7 +78,7 @@ impl FetchOptions {
                 .ok()
                 .and_then(|s| Duration::try_from_secs_f64(s).ok())
                 .ok_or_else(|| {
-                    Error::InvalidArgument(format!(
+                    Error::invalid(format!(
                         "storage option {key} must be a non-negative number of seconds, got {value:?}"
                     ))
                 })
@@ -87,7 +87,7 @@ impl FetchOptions {
             "max_concurrency" => {
                 let n = int()?;
                 if n == 0 || n > 1024 {
-                    return Err(Error::InvalidArgument(format!(
+                    return Err(Error::invalid(format!(
                         "storage option max_concurrency must be in 1..=1024, got {n}"
                     )));
                 }
@@ -97,8 +97,8 @@ impl FetchOptions {
             "max_request_bytes" => {
                 let n = int()?;
                 if n == 0 {
-                    return Err(Error::InvalidArgument(
-                        "storage option max_request_bytes must be positive".into(),
+                    return Err(Error::invalid(
+                        "storage option max_request_bytes must be positive",
                     ));
                 }
                 self.max_request_bytes = n;
@@ -107,16 +107,14 @@ impl FetchOptions {
                 self.retries = u32::try_from(int()?)
                     .ok()
                     .filter(|&n| n <= 100)
-                    .ok_or_else(|| {
-                        Error::InvalidArgument("storage option retries must be in 0..=100".into())
-                    })?
+                    .ok_or_else(|| Error::invalid("storage option retries must be in 0..=100"))?
             }
             "retry_backoff" => self.retry_backoff = seconds()?.min(MAX_BACKOFF),
             "request_timeout" => {
                 let t = seconds()?;
                 if t.is_zero() {
-                    return Err(Error::InvalidArgument(
-                        "storage option request_timeout must be positive".into(),
+                    return Err(Error::invalid(
+                        "storage option request_timeout must be positive",
                     ));
                 }
                 self.request_timeout = t;

@@ -26,7 +26,6 @@
 
 mod cache;
 mod cause;
-mod error;
 mod fetch;
 mod location;
 mod runtime;
@@ -34,8 +33,8 @@ mod store;
 mod upload;
 
 pub use cache::{Cache, DEFAULT_CACHE_BLOCK_BYTES, DEFAULT_CACHE_MAX_BYTES};
-pub use error::{Error, Result};
 pub use fetch::{FetchOptions, DEFAULT_MAX_CONCURRENCY};
+pub use loaderx_gather::{Error, Result};
 pub use location::{is_url, Location, LOADERX_OPTIONS};
 pub use store::{Canceller, Pending, RemoteStore};
 pub use upload::upload;

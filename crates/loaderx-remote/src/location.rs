@@ -3,6 +3,7 @@
 use std::str::FromStr;
 use std::sync::Arc;
 
+use loaderx_gather::{Error, Result};
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
 use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
@@ -12,7 +13,6 @@ use object_store::path::Path;
 use object_store::{ClientConfigKey, ObjectStore, ObjectStoreScheme, RetryConfig};
 use url::Url;
 
-use crate::error::{Error, Result};
 use crate::fetch::FetchOptions;
 
 /// The storage options loaderx reads itself rather than passing to
@@ -55,7 +55,7 @@ fn parse_bool(key: &str, v: &str) -> Result<bool> {
     match v.to_ascii_lowercase().as_str() {
         "true" | "1" => Ok(true),
         "false" | "0" => Ok(false),
-        _ => Err(Error::InvalidArgument(format!(
+        _ => Err(Error::invalid(format!(
             "storage option {key} must be true or false, got {v:?}"
         ))),
     }
@@ -69,14 +69,14 @@ impl Location {
     pub fn parse(url: &str, options: &[(String, String)]) -> Result<(Location, FetchOptions)> {
         let trimmed = url.trim_end_matches('/');
         let parsed = Url::parse(trimmed)
-            .map_err(|e| Error::InvalidArgument(format!("{url}: not a valid URL: {e}")))?;
+            .map_err(|e| Error::invalid(format!("{url}: not a valid URL: {e}")))?;
         let (scheme, prefix) = ObjectStoreScheme::parse(&parsed).map_err(|_| {
-            Error::InvalidArgument(format!(
+            Error::invalid(format!(
                 "{url}: not a store URL loaderx reads (s3://, gs://, az://, http://, https:// or file://)"
             ))
         })?;
         if matches!(scheme, ObjectStoreScheme::Memory) {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::invalid(format!(
                 "{url}: memory:// stores live in no other process; write a local store instead"
             )));
         }
@@ -98,7 +98,7 @@ impl Location {
                     _ => false,
                 };
                 if !known {
-                    return Err(Error::InvalidArgument(format!(
+                    return Err(Error::invalid(format!(
                         "{url}: unknown storage option {key:?} for this kind of store (names are \
                          object_store's configuration keys, or one of loaderx's: {})",
                         LOADERX_OPTIONS.join(", ")
@@ -115,7 +115,7 @@ impl Location {
                     | ObjectStoreScheme::MicrosoftAzure
             )
         {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::invalid(format!(
                 "{url}: from_env applies to s3://, gs:// and az:// stores only"
             )));
         }
@@ -128,7 +128,7 @@ impl Location {
             let emulator =
                 named(AzureConfigKey::UseEmulator).any(|(k, v)| parse_bool(k, v).unwrap_or(false));
             if emulator && named(AzureConfigKey::Endpoint).next().is_some() {
-                return Err(Error::InvalidArgument(format!(
+                return Err(Error::invalid(format!(
                     "{url}: azure_storage_use_emulator ignores azure_storage_endpoint (object_store \
                      sends an emulator's requests to AZURITE_BLOB_STORAGE_URL, or else \
                      http://127.0.0.1:10000); for another address give the endpoint, account \
@@ -140,7 +140,7 @@ impl Location {
             .iter()
             .any(|(k, v)| k.ends_with("allow_http") && parse_bool(k, v).unwrap_or(false));
         if matches!(scheme, ObjectStoreScheme::Http) && parsed.scheme() == "http" && !allows_http {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::invalid(format!(
                 "{url}: plain http:// needs the storage option allow_http=true \
                  (nothing is encrypted or authenticated over it)"
             )));
@@ -189,13 +189,13 @@ impl Location {
             ..RetryConfig::default()
         };
         let bad = |e: object_store::Error| {
-            Error::InvalidArgument(format!("{}: cannot configure the store: {e}", self.url))
+            Error::invalid(format!("{}: cannot configure the store: {e}", self.url))
         };
         let url = self.parsed.as_str();
         let store: Arc<dyn ObjectStore> = match self.scheme {
             ObjectStoreScheme::Local => {
                 if !self.config.is_empty() {
-                    return Err(Error::InvalidArgument(format!(
+                    return Err(Error::invalid(format!(
                         "{}: file:// stores take no object_store options",
                         self.url
                     )));
@@ -247,7 +247,7 @@ impl Location {
                 Arc::new(b.build().map_err(bad)?)
             }
             _ => {
-                return Err(Error::InvalidArgument(format!(
+                return Err(Error::invalid(format!(
                     "{}: this kind of store is not supported",
                     self.url
                 )))

@@ -7,9 +7,8 @@ use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 
+use loaderx_gather::{Error, Result};
 use tokio::runtime::Runtime;
-
-use crate::error::{Error, Result};
 
 /// Threads that drive requests. They only wait on sockets; decoding runs on the
 /// gather engine's threads once the bytes are in.
@@ -37,10 +36,7 @@ fn runtime() -> Result<Arc<Runtime>> {
         .thread_name("loaderx-io")
         .enable_all()
         .build()
-        .map_err(|e| Error::Io {
-            path: "tokio runtime".into(),
-            source: e,
-        })?;
+        .map_err(|e| Error::io("tokio runtime", e))?;
     let rt = Arc::new(rt);
     *guard = Some((pid(), rt.clone()));
     Ok(rt)

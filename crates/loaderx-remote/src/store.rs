@@ -6,13 +6,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use loaderx_gather::{Block, Placement, THREADS};
+use loaderx_gather::{Allocator, Begun, Error, RecordSource, Records, Result, THREADS};
 use tokio::task::JoinHandle;
 use xxhash_rust::xxh3::xxh3_64;
-use zrecord::{data_file, Entry, Metadata, Parts, RaggedLayout, ReadOptions};
+use zrecord::{data_file, Entry, Metadata, Parts, ReadOptions, StoreInfo};
 
 use crate::cache::Cache;
-use crate::error::{Error, Result};
 use crate::fetch::{plan_requests, BlockKey, FetchOptions, Fetcher, Request, Spans};
 use crate::location::Location;
 use crate::runtime::{block_on, pid, spawn};
@@ -24,8 +23,12 @@ const VERIFY_RECORDS: u64 = 1 << 16;
 const VERIFY_BYTES: u64 = 64 << 20;
 
 /// An opened remote store: its small files read and checked, its data files'
-/// sizes checked, and what fetches its records.
-pub struct RemoteStore {
+/// sizes checked, and what fetches its records. Cloning it is cheap and shares
+/// everything, as the gathers it begins do.
+#[derive(Clone)]
+pub struct RemoteStore(Arc<Shared>);
+
+struct Shared {
     loc: Location,
     opts: FetchOptions,
     /// The fetcher and the process that made it: a forked child makes its own,
@@ -39,9 +42,10 @@ pub struct RemoteStore {
 }
 
 /// A gather begun by [`RemoteStore::begin`]: its records' stored bytes are on
-/// their way. [`RemoteStore::finish`] waits for them and decodes; dropping it
+/// their way. [`Pending::finish`] waits for them and decodes; dropping it
 /// instead cancels the requests still in flight.
 pub struct Pending {
+    store: RemoteStore,
     idx: Vec<u64>,
     pid: u32,
     task: Option<JoinHandle<Result<Fetched>>>,
@@ -59,11 +63,60 @@ impl Pending {
     }
 
     /// What cancels the gather's requests from another thread, even while
-    /// [`RemoteStore::finish`] waits for them: that finish then fails.
+    /// [`Pending::finish`] waits for them: that finish then fails.
     pub fn canceller(&self) -> Canceller {
         Canceller {
             handle: self.task.as_ref().map(JoinHandle::abort_handle),
             pid: self.pid,
+        }
+    }
+
+    /// Waits for the gather's bytes and decodes them into one block of
+    /// `allocator`, every record checked against its checksum first. A record
+    /// found damaged in cached bytes has its blocks dropped and is fetched again
+    /// once.
+    pub fn finish(mut self, allocator: &Allocator) -> Result<Records> {
+        let store = self.store.clone();
+        let url = store.url();
+        if self.pid != pid() {
+            return Err(Error::invalid(format!(
+                "{url}: a gather begun in process {} cannot be finished in process {}",
+                self.pid,
+                pid()
+            )));
+        }
+        let task = self
+            .task
+            .take()
+            .ok_or_else(|| Error::internal("the gather was already finished"))?;
+        let fetched = block_on(async move {
+            task.await.map_err(|e| {
+                if e.is_cancelled() {
+                    Error::Storage {
+                        url: url.to_string(),
+                        msg: "the gather was cancelled before its records arrived".into(),
+                    }
+                } else {
+                    Error::internal(format!("a remote fetch did not complete: {e}"))
+                }
+            })?
+        })?;
+        let idx = &self.idx;
+        match store.fill(idx, &fetched.spans, allocator) {
+            Err(e)
+                if !fetched.cached.is_empty()
+                    && matches!(e.format(), Some(zrecord::Error::Corrupt { .. })) =>
+            {
+                let source = store.source()?;
+                if let Some(cache) = &store.0.cache {
+                    for &(file, block) in &fetched.cached {
+                        cache.remove(source.id, &data_file(file), block);
+                    }
+                }
+                let (spans, _) = block_on(source.fetch(&fetched.entries, false))?;
+                store.fill(idx, &spans, allocator)
+            }
+            other => other,
         }
     }
 }
@@ -111,6 +164,34 @@ impl Drop for Pending {
     }
 }
 
+/// A [`Pending`] gather as the engine's [`Begun`]: finished once, cancelled
+/// from any thread meanwhile.
+struct BegunGather {
+    len: usize,
+    pending: Mutex<Option<Pending>>,
+    canceller: Canceller,
+}
+
+impl Begun for BegunGather {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn cancel(&self) {
+        self.canceller.cancel();
+    }
+
+    fn finish(&self, allocator: &Allocator) -> Result<Records> {
+        let pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or_else(|| Error::invalid("this gather was already finished"))?;
+        pending.finish(allocator)
+    }
+}
+
 /// The stored bytes of a gather's records, and which cached blocks they came
 /// from (dropped if a record in them turns out damaged).
 struct Fetched {
@@ -139,10 +220,6 @@ fn corrupt(url: String, msg: impl Into<String>) -> Error {
     .into()
 }
 
-fn internal(msg: String) -> Error {
-    zrecord::Error::Internal(msg).into()
-}
-
 impl RemoteStore {
     /// Opens the store at `url`. `options` are storage options (see
     /// [`Location::parse`]); `cache`, when given, keeps fetched blocks and the
@@ -156,59 +233,50 @@ impl RemoteStore {
         let (loc, opts) = Location::parse(url, options)?;
         let fetcher = Arc::new(Fetcher::new(&loc, &opts)?);
         let meta = block_on(open_parts(&fetcher, cache.as_deref()))?;
-        Ok(RemoteStore {
+        Ok(RemoteStore(Arc::new(Shared {
             loc,
             opts,
             fetcher: Mutex::new((pid(), fetcher)),
             sizes: meta.info().header().shard_sizes.as_slice().into(),
             meta,
             cache,
-        })
+        })))
     }
 
     /// The store's URL.
     pub fn url(&self) -> &str {
-        self.loc.url()
+        self.0.loc.url()
     }
 
     /// The store's metadata: its header, schema and index.
     pub fn meta(&self) -> &Metadata<Vec<u8>> {
-        &self.meta
+        &self.0.meta
     }
 
     /// How the store fetches.
     pub fn fetch_options(&self) -> &FetchOptions {
-        &self.opts
+        &self.0.opts
     }
 
     /// The cache, if the store has one.
     pub fn cache(&self) -> Option<&Cache> {
-        self.cache.as_deref()
+        self.0.cache.as_deref()
     }
 
     fn source(&self) -> Result<Source> {
-        let mut guard = self.fetcher.lock().unwrap_or_else(|e| e.into_inner());
+        let s = &self.0;
+        let mut guard = s.fetcher.lock().unwrap_or_else(|e| e.into_inner());
         if guard.0 != pid() {
-            let fresh = Arc::new(Fetcher::new(&self.loc, &self.opts)?);
+            let fresh = Arc::new(Fetcher::new(&s.loc, &s.opts)?);
             let old = std::mem::replace(&mut *guard, (pid(), fresh));
             std::mem::forget(old);
         }
         Ok(Source {
             fetcher: guard.1.clone(),
-            cache: self.cache.clone(),
-            sizes: self.sizes.clone(),
-            id: self.meta.info().header().checksum,
+            cache: s.cache.clone(),
+            sizes: s.sizes.clone(),
+            id: s.meta.info().header().checksum,
         })
-    }
-
-    /// The records at `idx`, in order, in one block of `placement`, as a local
-    /// gather returns them: [`RemoteStore::begin`] then [`RemoteStore::finish`].
-    pub fn records(
-        &self,
-        idx: &[u64],
-        placement: &Placement,
-    ) -> Result<(Block, Option<RaggedLayout>)> {
-        self.finish(self.begin(idx)?, placement)
     }
 
     /// Starts fetching the stored bytes of the records at `idx` (from the cache
@@ -216,7 +284,7 @@ impl RemoteStore {
     /// The requests share the store's budget of requests in flight with every
     /// other gather begun and not finished.
     pub fn begin(&self, idx: &[u64]) -> Result<Pending> {
-        let entries = self.meta.entries(idx)?;
+        let entries = self.meta().entries(idx)?;
         let source = self.source()?;
         let task = spawn(async move {
             let (spans, cached) = source.fetch(&entries, true).await?;
@@ -227,110 +295,46 @@ impl RemoteStore {
             })
         })?;
         Ok(Pending {
+            store: self.clone(),
             idx: idx.to_vec(),
             pid: pid(),
             task: Some(task),
         })
     }
 
-    /// Waits for a begun gather's bytes and decodes them into one block of
-    /// `placement`, every record checked against its checksum first. A record
-    /// found damaged in cached bytes has its blocks dropped and is fetched again
-    /// once.
-    pub fn finish(
-        &self,
-        mut pending: Pending,
-        placement: &Placement,
-    ) -> Result<(Block, Option<RaggedLayout>)> {
-        if pending.pid != pid() {
-            return Err(Error::InvalidArgument(format!(
-                "{}: a gather begun in process {} cannot be finished in process {}",
-                self.url(),
-                pending.pid,
-                pid()
-            )));
-        }
-        let task = pending
-            .task
-            .take()
-            .ok_or_else(|| internal("the gather was already finished".into()))?;
-        let url = self.url();
-        let fetched = block_on(async move {
-            task.await.map_err(|e| {
-                if e.is_cancelled() {
-                    Error::Storage {
-                        url: url.to_string(),
-                        msg: "the gather was cancelled before its records arrived".into(),
-                    }
-                } else {
-                    internal(format!("a remote fetch did not complete: {e}"))
-                }
-            })?
-        })?;
-        let idx = &pending.idx;
-        match self.fill(idx, &fetched.spans, placement) {
-            Err(e)
-                if !fetched.cached.is_empty()
-                    && matches!(e.format(), Some(zrecord::Error::Corrupt { .. })) =>
-            {
-                let source = self.source()?;
-                if let Some(cache) = &self.cache {
-                    for &(file, block) in &fetched.cached {
-                        cache.remove(source.id, &data_file(file), block);
-                    }
-                }
-                let (spans, _) = block_on(source.fetch(&fetched.entries, false))?;
-                self.fill(idx, &spans, placement)
-            }
-            other => other,
-        }
-    }
-
-    fn fill(
-        &self,
-        idx: &[u64],
-        spans: &Spans,
-        placement: &Placement,
-    ) -> Result<(Block, Option<RaggedLayout>)> {
-        let meta = &self.meta;
+    fn fill(&self, idx: &[u64], spans: &Spans, allocator: &Allocator) -> Result<Records> {
+        let meta = self.meta();
         let plan = meta.plan(idx, spans)?;
-        let block = placement.fill(plan.output_len(), meta.info().decodes(), |out| {
+        let block = allocator.fill(plan.output_len(), meta.info().decodes(), |out| {
             Ok(meta.gather(&plan, out, &THREADS, spans)?)
         })?;
         Ok((block, plan.layout().cloned()))
     }
 
-    /// Checks the whole store as a local verify does: the index against its
-    /// checksum, every data file's size, and every record's stored bytes and
-    /// decoding. The data files are streamed from object storage (never from the
-    /// cache) a bounded step at a time.
-    pub fn verify(&self) -> Result<()> {
-        self.verify_files()?;
-        self.verify_records(0..self.meta.len())
-    }
-
-    /// The part of [`RemoteStore::verify`] that is not per record: the whole
-    /// index against its checksum, and every data file at the header's size.
+    /// The part of a verify that is not per record: the whole index against its
+    /// checksum, and every data file at the header's size.
     pub fn verify_files(&self) -> Result<()> {
-        self.meta.check_index()?;
+        self.meta().check_index()?;
         let source = self.source()?;
         block_on(check_sizes(&source.fetcher, &source.sizes))
     }
 
-    /// The per-record part of [`RemoteStore::verify`] for the records in `range`.
-    pub fn verify_records(&self, range: std::ops::Range<u64>) -> Result<()> {
-        let n = self.meta.len();
+    /// The per-record part of a verify for the records in `range`, as a local
+    /// verify checks them. The data files are streamed from object storage
+    /// (never from the cache) a bounded step at a time.
+    pub fn verify_records(&self, range: Range<u64>) -> Result<()> {
+        let meta = self.meta();
+        let n = meta.len();
         if range.start > range.end || range.end > n {
-            return Err(zrecord::Error::InvalidArgument(format!(
+            return Err(Error::invalid(format!(
                 "records {}..{} are not a range of a store of {n} records",
                 range.start, range.end
-            ))
-            .into());
+            )));
         }
         let mut start = range.start;
         while start < range.end {
             let ids: Vec<u64> = (start..range.end.min(start + VERIFY_RECORDS)).collect();
-            let mut entries = self.meta.entries(&ids)?;
+            let mut entries = meta.entries(&ids)?;
             let mut bytes = 0u64;
             let keep = entries
                 .iter()
@@ -342,10 +346,45 @@ impl RemoteStore {
             entries.truncate(keep);
             let end = start + keep as u64;
             let (spans, _) = block_on(self.source()?.fetch(&entries, false))?;
-            self.meta.verify_records(start..end, &THREADS, &spans)?;
+            meta.verify_records(start..end, &THREADS, &spans)?;
             start = end;
         }
         Ok(())
+    }
+}
+
+impl RecordSource for RemoteStore {
+    fn info(&self) -> &StoreInfo {
+        self.meta().info()
+    }
+
+    fn url(&self) -> Option<&str> {
+        Some(RemoteStore::url(self))
+    }
+
+    fn records(&self, idx: &[u64], allocator: &Allocator) -> Result<Records> {
+        RemoteStore::begin(self, idx)?.finish(allocator)
+    }
+
+    fn begin(&self, idx: &[u64]) -> Result<Box<dyn Begun>> {
+        let pending = RemoteStore::begin(self, idx)?;
+        Ok(Box::new(BegunGather {
+            len: pending.len(),
+            canceller: pending.canceller(),
+            pending: Mutex::new(Some(pending)),
+        }))
+    }
+
+    fn verify_files(&self) -> Result<()> {
+        RemoteStore::verify_files(self)
+    }
+
+    fn verify_records(&self, range: Range<u64>) -> Result<()> {
+        RemoteStore::verify_records(self, range)
+    }
+
+    fn each_size(&self, range: Range<u64>, each: &mut dyn FnMut(u64, u64)) -> Result<()> {
+        Ok(self.meta().record_sizes(range, each)?)
     }
 }
 
@@ -439,13 +478,16 @@ impl Source {
                     None => (
                         b * bs,
                         pieces.get(&(r.file, b * bs)).ok_or_else(|| {
-                            internal(format!("block {b} of data file {} was not read", r.file))
+                            Error::internal(format!(
+                                "block {b} of data file {} was not read",
+                                r.file
+                            ))
                         })?,
                     ),
                 };
                 let (from, to) = ((lo - at) as usize, (hi - at) as usize);
                 if to > bytes.len() {
-                    return Err(internal(format!(
+                    return Err(Error::internal(format!(
                         "block {b} of data file {} was read short",
                         r.file
                     )));
@@ -501,7 +543,7 @@ impl Source {
                 .collect::<Vec<_>>()
         })
         .await
-        .map_err(|e| internal(format!("reading the cache did not complete: {e}")))?;
+        .map_err(|e| Error::internal(format!("reading the cache did not complete: {e}")))?;
         let mut missing = BTreeMap::new();
         for ((file, b), ranges, got) in found {
             match got {
@@ -566,7 +608,7 @@ impl Source {
             }
         })
         .await
-        .map_err(|e| internal(format!("writing the cache did not complete: {e}")))?;
+        .map_err(|e| Error::internal(format!("writing the cache did not complete: {e}")))?;
         Ok(blocks)
     }
 }

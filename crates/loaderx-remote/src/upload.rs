@@ -5,10 +5,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
+use loaderx_gather::{Error, Result};
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 use zrecord::Store;
 
-use crate::error::{Error, Result};
 use crate::fetch::{size_of, FetchOptions};
 use crate::location::Location;
 use crate::runtime::block_on;
@@ -81,10 +81,7 @@ pub fn upload(
 }
 
 fn read_all(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    })
+    std::fs::read(path).map_err(|source| Error::io(path.to_path_buf(), source))
 }
 
 async fn put(
@@ -114,10 +111,7 @@ async fn put_file(
     size: u64,
 ) -> Result<()> {
     let path = local.join(name);
-    let io = |source| Error::Io {
-        path: path.clone(),
-        source,
-    };
+    let io = |source| Error::io(path.clone(), source);
     let fail = |e: object_store::Error| Error::Storage {
         url: loc.url_of(name),
         msg: format!("uploading failed: {}", crate::cause::describe(&e)),

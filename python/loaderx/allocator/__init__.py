@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from .._native import Placement
+    from .._native import Allocator as NativeAllocator
 
 
 class Allocation(abc.ABC):
@@ -70,7 +70,7 @@ class Allocator(abc.ABC):
 
     @property
     @abc.abstractmethod
-    def _native(self) -> Placement:
+    def _native(self) -> NativeAllocator:
         """The native pool a gather fills."""
 
     def __enter__(self) -> Self:

@@ -23,14 +23,14 @@ class GpuAllocator(PooledAllocator):
         self._open(library, device, idle_limit)
 
     def _open(self, library: str, device: int, idle_limit: int) -> None:
-        placement = _native.Placement.device(self._api, library, device, idle_limit)
-        PooledAllocator.__init__(self, placement, idle_limit)
+        pool = _native.Allocator.device(self._api, library, device, idle_limit)
+        PooledAllocator.__init__(self, pool, idle_limit)
         self._device = device
 
     @property
     def library(self) -> str:
         """The runtime library this allocator loaded."""
-        # Only host placements have no library.
+        # Only host allocators have no library.
         return cast(str, self._pool.library)
 
     def __reduce__(

@@ -1,4 +1,4 @@
-"""The allocator every placement shares: regions from a native pool."""
+"""What every allocator shares: regions from a native pool."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ class PooledAllocator(_Base):
     class, which keeps repeated batch sizes free of fresh page faults and runtime
     calls."""
 
-    def __init__(self, pool: _native.Placement, idle_limit: int) -> None:
+    def __init__(self, pool: _native.Allocator, idle_limit: int) -> None:
         self._pool = pool
         self._idle_limit = idle_limit
 
@@ -90,7 +90,7 @@ class PooledAllocator(_Base):
         return self._pool.closed
 
     @property
-    def _native(self) -> _native.Placement:
+    def _native(self) -> _native.Allocator:
         if self.closed:
             raise InvalidArgumentError("the allocator is closed")
         return self._pool

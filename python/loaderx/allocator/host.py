@@ -15,7 +15,7 @@ class Allocator(PooledAllocator):
 
     def __init__(self, *, idle_limit: int = DEFAULT_IDLE_LIMIT) -> None:
         limit = check_idle_limit(idle_limit)
-        super().__init__(_native.Placement.host(limit), limit)
+        super().__init__(_native.Allocator.host(limit), limit)
 
     def __reduce__(self) -> tuple[object, tuple[int]]:
         self._check_picklable()

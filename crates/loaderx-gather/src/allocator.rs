@@ -1,5 +1,6 @@
-//! Where a gather's output lands, and how the bytes get there: straight into the
-//! output pool's memory, or into a host staging region first and then copied.
+//! The allocator of a gather's output: where the output lands (host memory or a
+//! device's), and how the bytes get there: straight into the output pool's
+//! memory, or into a host staging region first and then copied.
 
 use std::sync::Arc;
 
@@ -18,15 +19,15 @@ struct Stage {
 }
 
 /// Where a gather's outputs live, and how decoded bytes reach them.
-pub struct Placement {
+pub struct Allocator {
     out: Arc<Pool>,
     stage: Option<Stage>,
 }
 
-impl Placement {
+impl Allocator {
     /// Outputs in host memory from `pool`.
-    pub fn host(pool: Arc<Pool>) -> Placement {
-        Placement {
+    pub fn host(pool: Arc<Pool>) -> Allocator {
+        Allocator {
             out: pool,
             stage: None,
         }
@@ -37,7 +38,7 @@ impl Placement {
     /// staging and the runtime's copy. Managed memory is written directly by raw
     /// gathers; decoded records go through host scratch first, because a decoder
     /// reads back what it wrote and host reads of device-resident pages are slow.
-    pub fn device(runtime: Arc<Runtime>, device: i32, idle_limit: usize) -> Result<Placement> {
+    pub fn device(runtime: Arc<Runtime>, device: i32, idle_limit: usize) -> Result<Allocator> {
         let kind = runtime.api().output_memory();
         let count = runtime.device_count()?;
         if device < 0 || device as usize >= count {
@@ -72,7 +73,7 @@ impl Placement {
                 decoded_only: true,
             },
         };
-        Ok(Placement {
+        Ok(Allocator {
             out,
             stage: Some(stage),
         })

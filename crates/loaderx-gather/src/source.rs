@@ -1,0 +1,134 @@
+//! What the bindings read records through: one trait for every kind of store,
+//! implemented here for a local [`Store`] and by `loaderx-remote` for a store in
+//! object storage. A gather is one call through the trait; inside it, the
+//! format crate reads every record through one concrete source, with no call
+//! per record looked up at run time.
+
+use std::ops::Range;
+
+use zrecord::{RaggedLayout, Store, StoreInfo};
+
+use crate::allocator::Allocator;
+use crate::error::{Error, Result};
+use crate::pool::Block;
+use crate::threads::THREADS;
+
+/// A gather's output: one block holding the records in order (Dense records
+/// end to end, or a Ragged batch laid out as the layout says).
+pub type Records = (Block, Option<RaggedLayout>);
+
+/// Each record's logical and stored byte counts, from the index alone.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecordSizes {
+    /// Bytes each record decodes to.
+    pub logical: Vec<u64>,
+    /// Bytes each record takes in its data file.
+    pub stored: Vec<u64>,
+}
+
+/// A store's records, wherever they are.
+pub trait RecordSource: Send + Sync {
+    /// What the store's small files say: schema, header, attributes, dictionary.
+    fn info(&self) -> &StoreInfo;
+
+    /// The URL the store was read from; `None` for a local store.
+    fn url(&self) -> Option<&str> {
+        None
+    }
+
+    /// The records at `idx`, in order, in one block of `allocator`. Every
+    /// record is resolved and checked before the block is allocated, so a
+    /// damaged store cannot make a gather set aside memory its data does not
+    /// need.
+    fn records(&self, idx: &[u64], allocator: &Allocator) -> Result<Records>;
+
+    /// Starts the gather of `idx` and returns at once, for a source whose
+    /// records take time to arrive; positions are checked here. A local store
+    /// gathers at once and refuses.
+    fn begin(&self, _idx: &[u64]) -> Result<Box<dyn Begun>> {
+        Err(Error::invalid(
+            "a local store gathers at once; only a remote store begins a gather",
+        ))
+    }
+
+    /// The part of a verify that is not per record: the whole index against its
+    /// checksum, and every data file at the header's size.
+    fn verify_files(&self) -> Result<()>;
+
+    /// The per-record part of a verify, for the records in `range`: every
+    /// record's stored bytes against their checksum, and its decoding.
+    fn verify_records(&self, range: Range<u64>) -> Result<()>;
+
+    /// Checks the whole store: [`RecordSource::verify_files`], then every record.
+    fn verify(&self) -> Result<()> {
+        self.verify_files()?;
+        self.verify_records(0..self.info().len())
+    }
+
+    /// Calls `each(logical, stored)` for every record in `range`, in order,
+    /// from the index alone (see [`zrecord::Metadata::record_sizes`]).
+    fn each_size(&self, range: Range<u64>, each: &mut dyn FnMut(u64, u64)) -> Result<()>;
+
+    /// The sizes of the records in `range`, from the index alone.
+    fn record_sizes(&self, range: Range<u64>) -> Result<RecordSizes> {
+        let n = range.end.saturating_sub(range.start).min(self.info().len());
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        let oom = |_| zrecord::Error::OutOfMemory {
+            bytes: n.saturating_mul(8),
+        };
+        let mut sizes = RecordSizes::default();
+        sizes.logical.try_reserve_exact(n).map_err(oom)?;
+        sizes.stored.try_reserve_exact(n).map_err(oom)?;
+        self.each_size(range, &mut |l, s| {
+            sizes.logical.push(l);
+            sizes.stored.push(s);
+        })?;
+        Ok(sizes)
+    }
+}
+
+/// A gather begun by [`RecordSource::begin`]: its records are on their way.
+/// Dropping it unfinished cancels what is still in flight.
+pub trait Begun: Send + Sync {
+    /// How many records the gather returns.
+    fn len(&self) -> usize;
+
+    /// Whether the gather returns no records.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Stops what is still in flight, even while another thread waits in
+    /// [`Begun::finish`], which then fails. A no-op once the records are in.
+    fn cancel(&self);
+
+    /// Waits for the records and decodes them into one block of `allocator`.
+    /// A gather finishes once; a second call is refused.
+    fn finish(&self, allocator: &Allocator) -> Result<Records>;
+}
+
+impl RecordSource for Store {
+    fn info(&self) -> &StoreInfo {
+        Store::info(self)
+    }
+
+    fn records(&self, idx: &[u64], allocator: &Allocator) -> Result<Records> {
+        let plan = self.plan(idx)?;
+        let block = allocator.fill(plan.output_len(), self.decodes(), |out| {
+            Ok(self.gather(&plan, out, &THREADS)?)
+        })?;
+        Ok((block, plan.layout().cloned()))
+    }
+
+    fn verify_files(&self) -> Result<()> {
+        Ok(Store::verify_files(self)?)
+    }
+
+    fn verify_records(&self, range: Range<u64>) -> Result<()> {
+        Ok(Store::verify_records(self, range, &THREADS)?)
+    }
+
+    fn each_size(&self, range: Range<u64>, each: &mut dyn FnMut(u64, u64)) -> Result<()> {
+        Ok(Store::record_sizes(self, range, each)?)
+    }
+}
