@@ -176,7 +176,7 @@ class StoreReader(ABC, Generic[_BatchT]):
             raise InvalidArgumentError(f"{self._path}: the store is closed")
         return self._native
 
-    def _native_allocator(self) -> _native.Placement:
+    def _native_allocator(self) -> _native.Allocator:
         # Readers are the one user of an allocator's native pool.
         return (self._allocator or self.allocator)._native  # pyright: ignore[reportPrivateUsage]
 
