@@ -134,9 +134,10 @@ def _global(
     shape = (total, *first.shape[1:])
     starts = np.cumsum([0] + [len(p) for p in pieces]) + offset
     arrays: list[jax.Array] = []
-    placement: Mapping[Any, tuple[slice, ...] | None]
-    placement = _jax_sharding(sharding).addressable_devices_indices_map(shape)
-    for device, index in placement.items():
+    # Each device shard's index into the global array, by device.
+    device_shards: Mapping[Any, tuple[slice, ...] | None]
+    device_shards = _jax_sharding(sharding).addressable_devices_indices_map(shape)
+    for device, index in device_shards.items():
         full = (slice(None),) * len(shape)
         where = full if index is None else tuple(index)
         lo, hi, stride = where[0].indices(total)
