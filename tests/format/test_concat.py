@@ -80,7 +80,7 @@ def test_ragged_parts_concatenate_to_their_records_in_order(tmp_path, rng, codec
         r.verify()
         assert (r.codec, r.data_shards, r.header_checksum) == (codec, 6, res.header_checksum)
         if codec == "zstd_dict":
-            assert r._store().dictionary() == dict_bytes
+            assert r.dictionary == dict_bytes
     for p in paths:
         with Ragged.open(p) as s:
             assert s.header_checksum != res.header_checksum

@@ -73,7 +73,7 @@ def test_dense_round_trip(tmp_path, rng, dtype, item_shape):
     d = train_dict(data)
     with dense_store(tmp_path / "s", data, dict_bytes=d) as s:
         assert s.codec == "zstd_dict"
-        assert s._store().dictionary() == d
+        assert s.dictionary == d
         assert host(s[:]).tobytes() == data.tobytes()
         idx = rng.integers(0, len(data), 500)
         got = host(s[idx])
@@ -88,7 +88,7 @@ def test_ragged_round_trip_small_records(tmp_path, rng):
     recs = [(rng.zipf(1.5, k) % 300).astype(np.int16) for k in rng.integers(0, 16, 4000)]
     d = train_dict(recs)
     with ragged_store(tmp_path / "s", recs, dict_bytes=d) as s:
-        assert s._store().dictionary() == d
+        assert s.dictionary == d
         same(s[:], recs)
         idx = rng.integers(0, len(recs), 300)
         same(s[idx], [recs[i] for i in idx])
@@ -342,7 +342,7 @@ def test_dict_bytes_accepts_bytes_like(tmp_path, rng):
     data = (rng.zipf(1.3, (1000, 8)) % VOCAB).astype(np.int32)
     d = train_dict(data)
     with dense_store(tmp_path / "s", data, dict_bytes=bytearray(d)) as s:
-        assert s._store().dictionary() == d
+        assert s.dictionary == d
         assert np.array_equal(host(s[:]), data)
 
 
