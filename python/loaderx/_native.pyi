@@ -69,6 +69,9 @@ class DLTensor:
 # Memory the native code reads in place: a C-contiguous NumPy array or a host
 # DLTensor.
 _HostArray: TypeAlias = npt.NDArray[np.generic] | DLTensor
+# A storage option's value: numbers and booleans as such, strings as object_store
+# takes them.
+_OptionValue: TypeAlias = str | bool | int | float
 # Record positions: a C-contiguous 1-D array.
 _Positions: TypeAlias = npt.NDArray[np.int64] | npt.NDArray[np.uint64]
 
@@ -110,7 +113,7 @@ class Store:
     @staticmethod
     def open_url(
         url: str,
-        options: Sequence[tuple[str, str]],
+        options: dict[str, _OptionValue],
         cache_dir: str | PathLike[str] | None = None,
         cache_max_bytes: int = 0,
         cache_block_bytes: int = ...,
@@ -247,7 +250,9 @@ def concat(
 def upload(
     local: str | PathLike[str],
     url: str,
-    options: Sequence[tuple[str, str]],
+    options: dict[str, _OptionValue],
     overwrite: bool = False,
 ) -> None: ...
+def set_threads(n: int) -> None: ...
+def thread_count() -> int: ...
 def is_url(path: str) -> bool: ...

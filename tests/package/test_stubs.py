@@ -289,8 +289,8 @@ def exercise_store(nat: Native, root: pathlib.Path, codec: str, dictionary: byte
     assert nat.call(_native, "is_url", "s3://bucket/store") is True
     assert nat.call(_native, "is_url", str(root / "dense")) is False
     url = (root / "uploaded").as_uri()
-    nat.call(_native, "upload", root / "dense", url, [])
-    remote = nat.call(_native.Store, "open_url", url, [("retries", "1")], root / "cache", 1 << 20)
+    nat.call(_native, "upload", root / "dense", url, {})
+    remote = nat.call(_native.Store, "open_url", url, {"retries": 1}, root / "cache", 1 << 20)
     assert nat.get(remote, "url") == url
     got = nat.call(remote, "gather_dense", np.array([4, 0, 4], dtype=np.int64), host)
     assert (np.from_dlpack(got) == DENSE[[4, 0, 4]]).all()
@@ -308,8 +308,8 @@ def exercise_store(nat: Native, root: pathlib.Path, codec: str, dictionary: byte
     parts = nat.call(values, "_split", cu, shapes)
     assert [np.from_dlpack(p).tolist() for p in parts] == [RECORDS[i].tolist() for i in (9, 1, 4)]
     url = (root / "uploaded-ragged").as_uri()
-    nat.call(_native, "upload", root / "ragged", url, [])
-    remote = nat.call(_native.Store, "open_url", url, [])
+    nat.call(_native, "upload", root / "ragged", url, {})
+    remote = nat.call(_native.Store, "open_url", url, {})
     pending = nat.call(remote, "begin", np.array([3, 0], dtype=np.int64))
     values, cu, shapes = nat.call(remote, "finish_ragged", pending, host)
     parts = nat.call(values, "_split", cu, shapes)
@@ -332,7 +332,7 @@ def exercise_tensor(nat: Native, t: object) -> None:
     assert interface["typestr"] == "<u2" and interface["shape"] == (6,)
 
 
-def exercise_placements(nat: Native, library: pathlib.Path) -> None:
+def exercise_allocators(nat: Native, library: pathlib.Path) -> None:
     host = nat.call(_native.Allocator, "host")
     region = nat.call(host, "allocate", 100)
     assert nat.get(region, "size") == 100 and nat.get(region, "address") % _native.ALIGN == 0
@@ -403,6 +403,8 @@ def exercise_functions(nat: Native, root: pathlib.Path) -> bytes:
         lambda done, total: seen.append((done, total)),
     )
     assert summary[:6] == (root / "joined", 6, 2, 0, 2, 12) and seen[-1] == (6, 6)
+    threads = nat.call(_native, "thread_count")
+    nat.call(_native, "set_threads", threads)
     return dictionary
 
 
@@ -416,7 +418,7 @@ def test_every_stub_member_returns_its_annotated_type(tmp_path, fake_runtime):
         exercise_writers(nat, root, codec, used)
         batch = exercise_store(nat, root, codec, used)
         exercise_tensor(nat, batch)
-    exercise_placements(nat, fake_runtime)
+    exercise_allocators(nat, fake_runtime)
     exercise_sampler(nat)
     assert nat.errors == []
     assert nat.every_member() - nat.exercised == set(), "stub members nothing exercises"

@@ -511,6 +511,47 @@ def test_open_errors(tmp_path, range_server):
         Ragged.open(range_server.url + "/s", storage_options=HTTP_STORAGE_OPTIONS)
 
 
+def test_storage_options_take_numbers_and_booleans_and_refuse_values_by_key(tmp_path, range_server):
+    want = write_store(tmp_path / "s", "dense", "raw")
+    url = range_server.url + "/s"
+    typed = {
+        "allow_http": True,
+        "retries": 2,
+        "retry_backoff": 0.01,
+        "request_timeout": 5,
+        "max_concurrency": 4,
+        "coalesce_gap": 0,
+        "max_request_bytes": 4096,
+        "http2_max_frame_size": 1 << 16,
+    }
+    with Dense.open(url, storage_options=typed) as r:
+        assert np.array_equal(host(r[:]), want)
+    for key, value, message in (
+        ("retries", -1, "storage option retries must be a non-negative integer, got -1"),
+        ("retries", 1.5, "storage option retries must be a non-negative integer, got 1.5"),
+        ("max_concurrency", 0, "storage option max_concurrency must be in 1..=1024, got 0"),
+        (
+            "request_timeout",
+            True,
+            "storage option request_timeout must be a non-negative number of seconds, got True",
+        ),
+        (
+            "retry_backoff",
+            "soon",
+            'storage option retry_backoff must be a non-negative number of seconds, got "soon"',
+        ),
+        ("from_env", 1, "storage option from_env must be True or False, got 1"),
+        ("retries", 2**70, f"storage option retries is out of range, got {2**70}"),
+    ):
+        with pytest.raises(InvalidArgumentError) as e:
+            Dense.open(url, storage_options={**typed, key: value})
+        assert str(e.value) == message
+    with pytest.raises(
+        InvalidArgumentError, match='storage option allow_http = "maybe" is refused'
+    ):
+        Dense.open("https://example.com/s", storage_options={"allow_http": "maybe"})
+
+
 def test_upload_refuses_an_existing_store_unless_told(tmp_path, moto_s3, s3_bucket):
     opts = moto_s3.storage_options()
     write_store(tmp_path / "a", "dense", "zstd", seed=1)

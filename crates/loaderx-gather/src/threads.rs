@@ -13,7 +13,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use zrecord::{Error, Parallel, Result};
@@ -21,18 +21,55 @@ use zrecord::{Error, Parallel, Result};
 /// How long an idle helper keeps looking for the next job before it parks.
 const SPIN: Duration = Duration::from_micros(50);
 
-/// Threads that work on one call, the caller included. `LOADERX_NUM_THREADS`
-/// overrides the machine's available parallelism. Read once per process: asking
-/// the OS reads cgroup files, which costs more than a small gather.
+/// Threads that work on one call, the caller included; 0 until first asked.
+static THREAD_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// Threads that work on one call, the caller included: what [`set_threads`]
+/// set, else `LOADERX_NUM_THREADS`, else the machine's available parallelism.
+/// Decided once per process unless set: asking the OS reads cgroup files, which
+/// costs more than a small gather.
 pub fn parallelism() -> usize {
-    static PARALLELISM: OnceLock<usize> = OnceLock::new();
-    *PARALLELISM.get_or_init(|| {
-        std::env::var("LOADERX_NUM_THREADS")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .filter(|&n| n >= 1)
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-    })
+    let n = THREAD_COUNT.load(Ordering::Relaxed);
+    if n != 0 {
+        return n;
+    }
+    let n = std::env::var("LOADERX_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n >= 1)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    match THREAD_COUNT.compare_exchange(0, n, Ordering::Relaxed, Ordering::Relaxed) {
+        Ok(_) => n,
+        Err(set) => set,
+    }
+}
+
+/// Most threads one call may be given.
+pub const MAX_THREADS: usize = 1024;
+
+/// Sets how many threads work on one call, the caller included (1 runs every
+/// call on its caller alone), overriding `LOADERX_NUM_THREADS`. Calls that start
+/// afterwards use it: fewer threads park the helpers beyond the count, more
+/// start helpers as the next parallel call needs them. A call already running
+/// keeps the threads it has.
+pub fn set_threads(n: usize) -> Result<()> {
+    if !(1..=MAX_THREADS).contains(&n) {
+        return Err(Error::InvalidArgument(format!(
+            "the thread count must be in 1..={MAX_THREADS}, got {n}"
+        )));
+    }
+    THREAD_COUNT.store(n, Ordering::Relaxed);
+    let current = lock(&POOL)
+        .as_ref()
+        .filter(|(owner, _)| *owner == std::process::id())
+        .map(|(_, shared)| shared.clone());
+    if let Some(shared) = current {
+        // Under the slot lock, which a parked surplus helper checks its count
+        // under, so that no helper misses the change.
+        let _slot = lock(&shared.slot);
+        shared.resized.notify_all();
+    }
+    Ok(())
 }
 
 /// How many parts to split `units` of work into, given the smallest part worth a
@@ -89,6 +126,10 @@ struct Shared {
     wake: Condvar,
     generation: AtomicU64,
     parked: AtomicUsize,
+    /// Where helpers beyond the thread count wait for it to grow.
+    resized: Condvar,
+    /// Helpers started, numbered `0..started`; changed under the pool's lock.
+    started: AtomicUsize,
 }
 
 static POOL: Mutex<Option<(u32, Arc<Shared>)>> = Mutex::new(None);
@@ -97,46 +138,65 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// This process's pool, or None when there are no helpers to have.
+/// Helpers a call may have beside its caller.
+fn helpers_wanted() -> usize {
+    parallelism().saturating_sub(1)
+}
+
+/// This process's pool, with as many helpers as the thread count asks for
+/// started, or None when there are no helpers to have.
 fn pool() -> Option<Arc<Shared>> {
-    let helpers = parallelism().saturating_sub(1);
-    if helpers == 0 {
+    let wanted = helpers_wanted();
+    if wanted == 0 {
         return None;
     }
     let pid = std::process::id();
     let mut guard = lock(&POOL);
-    if let Some((owner, shared)) = guard.as_ref() {
-        if *owner == pid {
-            return Some(shared.clone());
+    let shared = match guard.as_ref() {
+        Some((owner, shared)) if *owner == pid => shared.clone(),
+        _ => {
+            // Inherited through fork: no threads behind it. Forget it rather
+            // than drop it, in case a lock inside was held at the fork.
+            if let Some(old) = guard.take() {
+                std::mem::forget(old);
+            }
+            let shared = Arc::new(Shared {
+                slot: Mutex::new(None),
+                wake: Condvar::new(),
+                generation: AtomicU64::new(0),
+                parked: AtomicUsize::new(0),
+                resized: Condvar::new(),
+                started: AtomicUsize::new(0),
+            });
+            *guard = Some((pid, shared.clone()));
+            shared
         }
-    }
-    // Inherited through fork: no threads behind it. Forget it rather than drop it,
-    // in case a lock inside was held at the fork.
-    if let Some(old) = guard.take() {
-        std::mem::forget(old);
-    }
-    let shared = Arc::new(Shared {
-        slot: Mutex::new(None),
-        wake: Condvar::new(),
-        generation: AtomicU64::new(0),
-        parked: AtomicUsize::new(0),
-    });
-    for i in 0..helpers {
+    };
+    for i in shared.started.load(Ordering::Relaxed)..wanted {
         let s = shared.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("loaderx-{i}"))
-            .spawn(move || helper(&s));
+            .spawn(move || helper(&s, i));
         if spawned.is_err() {
             break; // fewer helpers only means less parallelism
         }
+        shared.started.store(i + 1, Ordering::Relaxed);
     }
-    *guard = Some((pid, shared.clone()));
     Some(shared)
 }
 
-fn helper(shared: &Shared) {
+fn helper(shared: &Shared, index: usize) {
     let mut seen = shared.generation.load(Ordering::Acquire);
     loop {
+        if index >= helpers_wanted() {
+            // Beyond the thread count: out of the jobs' way (and not counted
+            // as parked, so no job wakes it) until the count grows.
+            let mut slot = lock(&shared.slot);
+            while index >= helpers_wanted() {
+                slot = shared.resized.wait(slot).unwrap_or_else(|e| e.into_inner());
+            }
+            seen = shared.generation.load(Ordering::Acquire);
+        }
         let start = Instant::now();
         let mut spins = 0u32;
         while shared.generation.load(Ordering::Acquire) == seen {
@@ -156,6 +216,11 @@ fn helper(shared: &Shared) {
         seen = shared.generation.load(Ordering::Acquire);
         let joined = {
             let slot = lock(&shared.slot);
+            // Checked under the lock the job was published under, so a count
+            // set before the job was published is seen here.
+            if index >= helpers_wanted() {
+                continue;
+            }
             slot.inspect(|job| {
                 // SAFETY: the job is in the slot, so its caller has not retracted it
                 // and will wait for `active` to return to zero.
@@ -286,6 +351,31 @@ mod tests {
         for c in callers {
             c.join().unwrap();
         }
+    }
+
+    #[test]
+    fn a_call_uses_at_most_the_thread_count_set_before_it() {
+        let threads_of_a_call = || {
+            let seen = Mutex::new(std::collections::HashSet::new());
+            run_parts((0..24).collect(), |_: i32| {
+                lock(&seen).insert(std::thread::current().id());
+                std::thread::sleep(Duration::from_millis(2));
+                Ok(())
+            })
+            .unwrap();
+            seen.into_inner().unwrap().len()
+        };
+        set_threads(3).unwrap();
+        assert!(threads_of_a_call() <= 3);
+        set_threads(1).unwrap();
+        assert_eq!(threads_of_a_call(), 1);
+        set_threads(2).unwrap();
+        assert!(threads_of_a_call() <= 2);
+        assert_eq!(parallelism(), 2);
+        for bad in [0, MAX_THREADS + 1] {
+            assert!(matches!(set_threads(bad), Err(Error::InvalidArgument(_))));
+        }
+        assert_eq!(parallelism(), 2);
     }
 
     #[test]

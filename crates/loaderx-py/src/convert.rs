@@ -1,8 +1,10 @@
 //! Python arguments as the crates take them: host memory borrowed in place,
 //! record positions, and dtype and codec names.
 
+use loaderx_remote::OptionValue;
 use numpy::{PyArrayDescrMethods, PyReadonlyArray1, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
 use zrecord::{Codec, DType};
 
 use crate::dlpack::DLTensor;
@@ -66,4 +68,52 @@ pub fn positions(idx: &Bound<'_, PyAny>, len: u64) -> PyResult<Vec<u64>> {
     Err(wrong_type(
         "positions must be a contiguous 1-D int64 or uint64 array",
     ))
+}
+
+/// Storage options from a dict of names to strings, integers, floats and
+/// booleans, each value kept as the type it was given; `loaderx_remote` checks
+/// names and values, naming the key of any it refuses.
+pub fn storage_options(options: &Bound<'_, PyAny>) -> PyResult<Vec<(String, OptionValue)>> {
+    let dict = options.cast::<PyDict>().map_err(|_| {
+        wrong_type(format!(
+            "storage_options must be a dict, got {}",
+            type_name(options)
+        ))
+    })?;
+    dict.iter()
+        .map(|(k, v)| {
+            let key = k
+                .cast::<PyString>()
+                .map_err(|_| {
+                    wrong_type(format!(
+                        "storage option names are str, got {}",
+                        type_name(&k)
+                    ))
+                })?
+                .to_string();
+            let value = if v.is_instance_of::<PyBool>() {
+                OptionValue::Bool(v.extract()?)
+            } else if v.is_instance_of::<PyInt>() {
+                OptionValue::Int(v.extract().map_err(|_| {
+                    invalid_argument(format!("storage option {key} is out of range, got {v}"))
+                })?)
+            } else if v.is_instance_of::<PyFloat>() {
+                OptionValue::Float(v.extract()?)
+            } else if v.is_instance_of::<PyString>() {
+                OptionValue::Str(v.extract()?)
+            } else {
+                return Err(wrong_type(format!(
+                    "storage option {key:?} must be a str, bool, int or float, got {}",
+                    type_name(&v)
+                )));
+            };
+            Ok((key, value))
+        })
+        .collect()
+}
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map_or_else(|_| "object".to_string(), |n| n.to_string())
 }

@@ -5,6 +5,8 @@
 
 use pyo3::prelude::*;
 
+use crate::errors::IntoPy;
+
 mod allocator;
 mod convert;
 mod dlpack;
@@ -54,6 +56,23 @@ fn constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
+/// Sets how many threads work on one gather, write or verify, the caller
+/// included, from the next call on (see `loaderx_gather::threads::set_threads`).
+#[pyfunction]
+fn set_threads(n: i64) -> PyResult<()> {
+    let max = loaderx_gather::threads::MAX_THREADS;
+    let n = usize::try_from(n).map_err(|_| {
+        errors::invalid_argument(format!("the thread count must be in 1..={max}, got {n}"))
+    })?;
+    loaderx_gather::threads::set_threads(n).py_err()
+}
+
+/// How many threads work on one gather, write or verify, the caller included.
+#[pyfunction]
+fn thread_count() -> usize {
+    loaderx_gather::threads::parallelism()
+}
+
 #[pymodule(gil_used = true)]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::init(m.py())?;
@@ -74,6 +93,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(publish::concat, m)?)?;
     m.add_function(wrap_pyfunction!(store::upload, m)?)?;
     m.add_function(wrap_pyfunction!(store::is_url, m)?)?;
+    m.add_function(wrap_pyfunction!(set_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(thread_count, m)?)?;
     sampler::register(m)?;
     Ok(())
 }

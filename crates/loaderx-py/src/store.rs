@@ -14,7 +14,7 @@ use pyo3::types::PyBytes;
 use zrecord::{Kind, RaggedLayout, ReadOptions, Store, StoreInfo};
 
 use crate::allocator::PyAllocator;
-use crate::convert::positions;
+use crate::convert::{positions, storage_options};
 use crate::dlpack::{DLTensor, Memory};
 use crate::errors::{wrong_type, IntoPy};
 
@@ -123,7 +123,8 @@ impl PyStore {
     }
 
     /// Opens the store at `url` in object storage. `options` are storage options
-    /// as strings; `cache_dir`, when given, keeps fetched blocks there, at most
+    /// (a dict of names to strings, integers, floats and booleans);
+    /// `cache_dir`, when given, keeps fetched blocks there, at most
     /// `cache_max_bytes` of blocks of `cache_block_bytes` each. Gathers always
     /// check every record's checksum.
     #[staticmethod]
@@ -131,11 +132,12 @@ impl PyStore {
     fn open_url(
         py: Python<'_>,
         url: String,
-        options: Vec<(String, String)>,
+        options: &Bound<'_, PyAny>,
         cache_dir: Option<PathBuf>,
         cache_max_bytes: u64,
         cache_block_bytes: u64,
     ) -> PyResult<Self> {
+        let options = storage_options(options)?;
         let remote = py
             .detach(|| {
                 let cache = cache_dir
@@ -339,16 +341,17 @@ impl PyStore {
 }
 
 /// Uploads the published store at `local` to `url`, header last (see
-/// `loaderx_remote::upload`).
+/// `loaderx_remote::upload`); `options` as for `Store.open_url`.
 #[pyfunction]
 #[pyo3(signature = (local, url, options, overwrite=false))]
 pub fn upload(
     py: Python<'_>,
     local: PathBuf,
     url: String,
-    options: Vec<(String, String)>,
+    options: &Bound<'_, PyAny>,
     overwrite: bool,
 ) -> PyResult<()> {
+    let options = storage_options(options)?;
     py.detach(|| loaderx_remote::upload(&local, &url, &options, overwrite))
         .py_err()
 }

@@ -11,8 +11,10 @@
 //! * [`Location`]: a URL and its storage options, refusing names `object_store`
 //!   does not know; no cloud configuration is read from the environment unless
 //!   asked (docs/remote.md lists what `object_store` reads regardless).
-//! * [`FetchOptions`]: how ranges are coalesced, how many requests run at once,
-//!   how failures are retried.
+//! * [`SplitOptions`]: storage options as given ([`OptionValue`]: strings,
+//!   integers, numbers, booleans), split once into [`FetchOptions`] (how ranges
+//!   are coalesced, how many requests run at once, how failures are retried)
+//!   and `object_store`'s configuration.
 //! * [`RemoteStore`]: open, gather into a placement, verify; every record's
 //!   stored bytes are checked against their checksum before they are decoded.
 //! * [`Cache`]: an optional local directory of fixed-size blocks keyed by the
@@ -28,13 +30,17 @@ mod cache;
 mod cause;
 mod fetch;
 mod location;
+mod options;
 mod runtime;
 mod store;
 mod upload;
 
 pub use cache::{Cache, DEFAULT_CACHE_BLOCK_BYTES, DEFAULT_CACHE_MAX_BYTES};
-pub use fetch::{FetchOptions, DEFAULT_MAX_CONCURRENCY};
 pub use loaderx_gather::{Error, Result};
-pub use location::{is_url, Location, LOADERX_OPTIONS};
+pub use location::{is_url, Location};
+pub use options::{
+    FetchOptions, OptionValue, SplitOptions, DEFAULT_MAX_CONCURRENCY, LOADERX_OPTIONS, MAX_BACKOFF,
+    MAX_CONCURRENCY, MAX_RETRIES,
+};
 pub use store::{Canceller, Pending, RemoteStore};
 pub use upload::upload;

@@ -13,19 +13,7 @@ use object_store::path::Path;
 use object_store::{ClientConfigKey, ObjectStore, ObjectStoreScheme, RetryConfig};
 use url::Url;
 
-use crate::fetch::FetchOptions;
-
-/// The storage options loaderx reads itself rather than passing to
-/// `object_store`: `from_env` and the [`FetchOptions`].
-pub const LOADERX_OPTIONS: [&str; 7] = [
-    "from_env",
-    "max_concurrency",
-    "coalesce_gap",
-    "max_request_bytes",
-    "retries",
-    "retry_backoff",
-    "request_timeout",
-];
+use crate::options::{FetchOptions, OptionValue, SplitOptions, LOADERX_OPTIONS};
 
 /// A store's URL, the object store that serves it and the options to build a
 /// client for it, checked.
@@ -51,22 +39,18 @@ pub fn is_url(s: &str) -> bool {
     })
 }
 
-fn parse_bool(key: &str, v: &str) -> Result<bool> {
-    match v.to_ascii_lowercase().as_str() {
-        "true" | "1" => Ok(true),
-        "false" | "0" => Ok(false),
-        _ => Err(Error::invalid(format!(
-            "storage option {key} must be true or false, got {v:?}"
-        ))),
-    }
+/// An `object_store` option's string as a yes or no, as it reads one.
+fn config_flag(v: &str) -> bool {
+    matches!(v.trim().to_ascii_lowercase().as_str(), "true" | "1")
 }
 
 impl Location {
-    /// Parses `url` and splits `options` into what loaderx reads itself (see
-    /// [`LOADERX_OPTIONS`]) and `object_store` configuration, whose names must be
-    /// ones the URL's store knows (`aws_endpoint` or `endpoint`, `aws_region`,
-    /// `allow_http`...). A name neither knows is an error, never ignored.
-    pub fn parse(url: &str, options: &[(String, String)]) -> Result<(Location, FetchOptions)> {
+    /// Parses `url` and splits `options` once into what loaderx reads itself
+    /// (see [`LOADERX_OPTIONS`]), typed, and `object_store` configuration, whose
+    /// names must be ones the URL's store knows (`aws_endpoint` or `endpoint`,
+    /// `aws_region`, `allow_http`...). A name neither knows is an error, never
+    /// ignored, and so is a value either refuses: the error names its key.
+    pub fn parse(url: &str, options: &[(String, OptionValue)]) -> Result<(Location, FetchOptions)> {
         let trimmed = url.trim_end_matches('/');
         let parsed = Url::parse(trimmed)
             .map_err(|e| Error::invalid(format!("{url}: not a valid URL: {e}")))?;
@@ -80,31 +64,29 @@ impl Location {
                 "{url}: memory:// stores live in no other process; write a local store instead"
             )));
         }
-        let mut fetch = FetchOptions::default();
-        let mut config = Vec::new();
-        let mut from_env = false;
-        for (key, value) in options {
-            let k = key.to_ascii_lowercase();
-            if k == "from_env" {
-                from_env = parse_bool(key, value)?;
-            } else if LOADERX_OPTIONS.contains(&k.as_str()) {
-                fetch.set(&k, value)?;
-            } else {
-                let known = match scheme {
-                    ObjectStoreScheme::AmazonS3 => AmazonS3ConfigKey::from_str(&k).is_ok(),
-                    ObjectStoreScheme::GoogleCloudStorage => GoogleConfigKey::from_str(&k).is_ok(),
-                    ObjectStoreScheme::MicrosoftAzure => AzureConfigKey::from_str(&k).is_ok(),
-                    ObjectStoreScheme::Http => ClientConfigKey::from_str(&k).is_ok(),
-                    _ => false,
-                };
-                if !known {
-                    return Err(Error::invalid(format!(
-                        "{url}: unknown storage option {key:?} for this kind of store (names are \
-                         object_store's configuration keys, or one of loaderx's: {})",
-                        LOADERX_OPTIONS.join(", ")
-                    )));
-                }
-                config.push((k, value.clone()));
+        let SplitOptions {
+            fetch,
+            from_env,
+            config,
+        } = SplitOptions::split(options)?;
+        for (k, _) in &config {
+            let known = match scheme {
+                ObjectStoreScheme::AmazonS3 => AmazonS3ConfigKey::from_str(k).is_ok(),
+                ObjectStoreScheme::GoogleCloudStorage => GoogleConfigKey::from_str(k).is_ok(),
+                ObjectStoreScheme::MicrosoftAzure => AzureConfigKey::from_str(k).is_ok(),
+                ObjectStoreScheme::Http => ClientConfigKey::from_str(k).is_ok(),
+                _ => false,
+            };
+            if !known {
+                let given = options
+                    .iter()
+                    .find(|(g, _)| g.eq_ignore_ascii_case(k))
+                    .map_or(k.as_str(), |(g, _)| g.as_str());
+                return Err(Error::invalid(format!(
+                    "{url}: unknown storage option {given:?} for this kind of store (names are \
+                     object_store's configuration keys, or one of loaderx's: {})",
+                    LOADERX_OPTIONS.join(", ")
+                )));
             }
         }
         if from_env
@@ -125,8 +107,7 @@ impl Location {
                     .iter()
                     .filter(move |(k, _)| AzureConfigKey::from_str(k).is_ok_and(|k| k == want))
             };
-            let emulator =
-                named(AzureConfigKey::UseEmulator).any(|(k, v)| parse_bool(k, v).unwrap_or(false));
+            let emulator = named(AzureConfigKey::UseEmulator).any(|(_, v)| config_flag(v));
             if emulator && named(AzureConfigKey::Endpoint).next().is_some() {
                 return Err(Error::invalid(format!(
                     "{url}: azure_storage_use_emulator ignores azure_storage_endpoint (object_store \
@@ -138,7 +119,7 @@ impl Location {
         }
         let allows_http = config
             .iter()
-            .any(|(k, v)| k.ends_with("allow_http") && parse_bool(k, v).unwrap_or(false));
+            .any(|(k, v)| k.ends_with("allow_http") && config_flag(v));
         if matches!(scheme, ObjectStoreScheme::Http) && parsed.scheme() == "http" && !allows_http {
             return Err(Error::invalid(format!(
                 "{url}: plain http:// needs the storage option allow_http=true \
@@ -153,9 +134,29 @@ impl Location {
             config,
             from_env,
         };
-        // Build once so that a bad option value is an error at open.
-        loc.client(0)?;
+        // Build once so that a bad option value is an error at open, naming the
+        // option a client cannot be built with.
+        if let Err(e) = loc.client(0) {
+            return Err(loc.culprit().unwrap_or(e));
+        }
         Ok((loc, fetch))
+    }
+
+    /// Why a client cannot be built, naming the first option that alone makes
+    /// the build fail; `None` when none does.
+    fn culprit(&self) -> Option<Error> {
+        self.config.iter().find_map(|(k, v)| {
+            let alone = Location {
+                config: vec![(k.clone(), v.clone())],
+                ..self.clone()
+            };
+            let e = alone.client(0).err()?;
+            Some(Error::invalid(format!(
+                "{}: storage option {k} = {v:?} is refused: {}",
+                self.url,
+                e.to_string().trim_start_matches(&format!("{}: ", self.url))
+            )))
+        })
     }
 
     /// The store's URL, without a trailing slash.
@@ -254,5 +255,74 @@ impl Location {
             }
         };
         Ok(store)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(url: &str, options: &[(&str, OptionValue)]) -> Result<(Location, FetchOptions)> {
+        let owned: Vec<(String, OptionValue)> = options
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        Location::parse(url, &owned)
+    }
+
+    fn refusal(url: &str, options: &[(&str, OptionValue)]) -> String {
+        match parse(url, options) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("{url} opened with {options:?}"),
+        }
+    }
+
+    #[test]
+    fn typed_values_reach_object_store_as_its_strings() {
+        let (loc, fetch) = parse(
+            "http://127.0.0.1:1/s/",
+            &[
+                ("allow_http", OptionValue::Bool(true)),
+                ("http2_max_frame_size", OptionValue::Int(1 << 16)),
+                ("retries", OptionValue::Int(2)),
+            ],
+        )
+        .unwrap();
+        assert_eq!(loc.url(), "http://127.0.0.1:1/s");
+        assert_eq!(
+            loc.config,
+            [
+                ("allow_http".to_string(), "true".to_string()),
+                ("http2_max_frame_size".into(), "65536".into()),
+            ]
+        );
+        assert_eq!(fetch.retries, 2);
+    }
+
+    #[test]
+    fn a_value_object_store_refuses_is_named_by_its_key() {
+        let msg = refusal(
+            "https://example.com/s",
+            &[
+                ("user_agent", OptionValue::Str("loaderx".into())),
+                ("allow_http", OptionValue::Str("maybe".into())),
+            ],
+        );
+        assert!(
+            msg.starts_with(
+                "https://example.com/s: storage option allow_http = \"maybe\" is refused: "
+            ),
+            "{msg}"
+        );
+        let msg = refusal("s3://b/s", &[("aws_regoin", OptionValue::Str("x".into()))]);
+        assert!(
+            msg.contains(r#"unknown storage option "aws_regoin""#),
+            "{msg}"
+        );
+        let msg = refusal("s3://b/s", &[("Retries", OptionValue::Float(1.5))]);
+        assert_eq!(
+            msg,
+            "storage option Retries must be a non-negative integer, got 1.5"
+        );
     }
 }

@@ -12,8 +12,9 @@ use xxhash_rust::xxh3::xxh3_64;
 use zrecord::{data_file, Entry, Metadata, Parts, ReadOptions, StoreInfo};
 
 use crate::cache::Cache;
-use crate::fetch::{plan_requests, BlockKey, FetchOptions, Fetcher, Request, Spans};
+use crate::fetch::{plan_requests, BlockKey, Fetcher, Request, Spans};
 use crate::location::Location;
+use crate::options::{FetchOptions, OptionValue};
 use crate::runtime::{block_on, pid, spawn};
 
 /// Most records whose entries a verify resolves at once, and about how many
@@ -227,7 +228,7 @@ impl RemoteStore {
     /// checksum before it is decoded, whatever the cache or the network did.
     pub fn open(
         url: &str,
-        options: &[(String, String)],
+        options: &[(String, OptionValue)],
         cache: Option<Arc<Cache>>,
     ) -> Result<RemoteStore> {
         let (loc, opts) = Location::parse(url, options)?;

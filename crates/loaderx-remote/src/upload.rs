@@ -9,8 +9,9 @@ use loaderx_gather::{Error, Result};
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 use zrecord::Store;
 
-use crate::fetch::{size_of, FetchOptions};
+use crate::fetch::size_of;
 use crate::location::Location;
+use crate::options::{FetchOptions, OptionValue};
 use crate::runtime::block_on;
 
 /// Files up to this size go up in one request; larger ones in parts of this size.
@@ -27,7 +28,7 @@ const PART_BYTES: usize = 32 << 20;
 pub fn upload(
     local: &Path,
     url: &str,
-    options: &[(String, String)],
+    options: &[(String, OptionValue)],
     overwrite: bool,
 ) -> Result<()> {
     let store = Store::open(local)?;

@@ -54,10 +54,9 @@ class Remote(NamedTuple):
         return _native.Store.open_url(self.url, options, c.path, c.max_bytes, c.block_bytes)
 
 
-def native_options(options: tuple[tuple[str, OptionValue], ...]) -> list[tuple[str, str]]:
-    # TODO(typed options): the native open takes the values as given once it
-    # accepts typed values; until then they go as the strings it parses.
-    return [(k, ("true" if v else "false") if isinstance(v, bool) else str(v)) for k, v in options]
+def native_options(options: tuple[tuple[str, OptionValue], ...]) -> dict[str, OptionValue]:
+    # The native side takes the values as given and checks them, naming the key.
+    return dict(options)
 
 
 def option_pairs(options: StorageOptions | None) -> tuple[tuple[str, OptionValue], ...]:

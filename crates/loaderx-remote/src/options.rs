@@ -1,0 +1,378 @@
+//! Storage options as callers give them (names with strings, integers, numbers
+//! or booleans), split once into loaderx's own [`FetchOptions`] and `object_store`'s
+//! configuration, which takes strings. Every refused value names its key.
+
+use std::fmt;
+use std::time::Duration;
+
+use loaderx_gather::{Error, Result};
+
+/// A storage option's value as the caller gave it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OptionValue {
+    /// `True` or `False`.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// A number with a fraction.
+    Float(f64),
+    /// A string, as `object_store` reads its own options.
+    Str(String),
+}
+
+impl fmt::Display for OptionValue {
+    /// The value as the caller wrote it in Python, for messages.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OptionValue::Bool(true) => f.write_str("True"),
+            OptionValue::Bool(false) => f.write_str("False"),
+            OptionValue::Int(n) => write!(f, "{n}"),
+            OptionValue::Float(x) => write!(f, "{x:?}"),
+            OptionValue::Str(s) => write!(f, "{s:?}"),
+        }
+    }
+}
+
+impl OptionValue {
+    /// The string `object_store` parses for this value.
+    pub(crate) fn config_string(&self) -> String {
+        match self {
+            OptionValue::Bool(b) => b.to_string(),
+            OptionValue::Int(n) => n.to_string(),
+            OptionValue::Float(x) => x.to_string(),
+            OptionValue::Str(s) => s.clone(),
+        }
+    }
+
+    /// A yes or no: a boolean, or `"true"`, `"false"`, `"1"` or `"0"`.
+    pub(crate) fn flag(&self, key: &str) -> Result<bool> {
+        let parsed = match self {
+            OptionValue::Bool(b) => Some(*b),
+            OptionValue::Str(s) => match s.trim().to_ascii_lowercase().as_str() {
+                "true" | "1" => Some(true),
+                "false" | "0" => Some(false),
+                _ => None,
+            },
+            OptionValue::Int(_) | OptionValue::Float(_) => None,
+        };
+        parsed.ok_or_else(|| {
+            Error::invalid(format!(
+                "storage option {key} must be True or False, got {self}"
+            ))
+        })
+    }
+
+    /// A count: a non-negative integer, or its decimal string.
+    fn count(&self, key: &str) -> Result<u64> {
+        let parsed = match self {
+            OptionValue::Int(n) => u64::try_from(*n).ok(),
+            OptionValue::Str(s) => s.trim().parse::<u64>().ok(),
+            OptionValue::Bool(_) | OptionValue::Float(_) => None,
+        };
+        parsed.ok_or_else(|| {
+            Error::invalid(format!(
+                "storage option {key} must be a non-negative integer, got {self}"
+            ))
+        })
+    }
+
+    /// A duration: a non-negative number of seconds, or its decimal string.
+    fn seconds(&self, key: &str) -> Result<Duration> {
+        let secs = match self {
+            OptionValue::Int(n) => Some(*n as f64),
+            OptionValue::Float(x) => Some(*x),
+            OptionValue::Str(s) => s.trim().parse::<f64>().ok(),
+            OptionValue::Bool(_) => None,
+        };
+        secs.and_then(|s| Duration::try_from_secs_f64(s).ok())
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "storage option {key} must be a non-negative number of seconds, got {self}"
+                ))
+            })
+    }
+}
+
+/// The storage options loaderx reads itself rather than passing to
+/// `object_store`: `from_env` and the [`FetchOptions`].
+pub const LOADERX_OPTIONS: [&str; 7] = [
+    "from_env",
+    "max_concurrency",
+    "coalesce_gap",
+    "max_request_bytes",
+    "retries",
+    "retry_backoff",
+    "request_timeout",
+];
+
+/// How a remote store fetches. Each field is a storage option of the same name.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FetchOptions {
+    /// Most requests in flight at once for one opened store, shared by all its
+    /// gathers, including those the Loader starts ahead of time.
+    pub max_concurrency: usize,
+    /// Two ranges of one file this close (in bytes) are fetched by one request,
+    /// the bytes between them included.
+    pub coalesce_gap: u64,
+    /// A request stops growing past this many bytes (a longer record is still
+    /// one request), so that a long run of records is fetched in parallel parts.
+    /// The default is one cache block: longer requests spread the same bytes
+    /// over fewer connections, and a cold cache behind high latency filled
+    /// more slowly with them (docs/benchmarks.md, "Remote stores").
+    pub max_request_bytes: u64,
+    /// How many times a failed request is retried before the read fails.
+    pub retries: u32,
+    /// The wait before the first retry; each further retry waits twice as long,
+    /// up to [`MAX_BACKOFF`].
+    pub retry_backoff: Duration,
+    /// Longest one attempt may take, body included, before it counts as failed.
+    pub request_timeout: Duration,
+}
+
+/// Requests in flight per store unless the caller says otherwise: enough to keep
+/// a server busy through 50 ms of round trip at several hundred requests a
+/// second (docs/benchmarks.md), few enough that no object store throttles it.
+pub const DEFAULT_MAX_CONCURRENCY: usize = 64;
+
+/// Most requests in flight per store a caller may ask for.
+pub const MAX_CONCURRENCY: usize = 1024;
+
+/// Most retries of one request a caller may ask for.
+pub const MAX_RETRIES: u32 = 100;
+
+/// The longest wait between two attempts.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+impl Default for FetchOptions {
+    fn default() -> Self {
+        FetchOptions {
+            max_concurrency: DEFAULT_MAX_CONCURRENCY,
+            coalesce_gap: 64 << 10,
+            max_request_bytes: 1 << 20,
+            retries: 5,
+            retry_backoff: Duration::from_millis(100),
+            request_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl FetchOptions {
+    /// Sets the option `key` (one of [`LOADERX_OPTIONS`] but `from_env`, in
+    /// any case; messages name it as given).
+    fn set(&mut self, key: &str, value: &OptionValue) -> Result<()> {
+        match key.to_ascii_lowercase().as_str() {
+            "max_concurrency" => {
+                self.max_concurrency = usize::try_from(value.count(key)?)
+                    .ok()
+                    .filter(|n| (1..=MAX_CONCURRENCY).contains(n))
+                    .ok_or_else(|| {
+                        Error::invalid(format!(
+                            "storage option {key} must be in 1..={MAX_CONCURRENCY}, got {value}"
+                        ))
+                    })?
+            }
+            "coalesce_gap" => self.coalesce_gap = value.count(key)?,
+            "max_request_bytes" => {
+                self.max_request_bytes =
+                    Some(value.count(key)?).filter(|&n| n > 0).ok_or_else(|| {
+                        Error::invalid(format!(
+                            "storage option {key} must be positive, got {value}"
+                        ))
+                    })?
+            }
+            "retries" => {
+                self.retries = u32::try_from(value.count(key)?)
+                    .ok()
+                    .filter(|&n| n <= MAX_RETRIES)
+                    .ok_or_else(|| {
+                        Error::invalid(format!(
+                            "storage option {key} must be in 0..={MAX_RETRIES}, got {value}"
+                        ))
+                    })?
+            }
+            "retry_backoff" => self.retry_backoff = value.seconds(key)?.min(MAX_BACKOFF),
+            "request_timeout" => {
+                self.request_timeout = Some(value.seconds(key)?)
+                    .filter(|t| !t.is_zero())
+                    .ok_or_else(|| {
+                        Error::invalid(format!(
+                            "storage option {key} must be positive, got {value}"
+                        ))
+                    })?
+            }
+            _ => return Err(Error::internal(format!("{key} is not a fetch option"))),
+        }
+        Ok(())
+    }
+}
+
+/// Storage options split once: loaderx's own, typed, and `object_store`'s, as
+/// the strings it parses (names lowercased, unchecked: the URL's kind of store
+/// checks them).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SplitOptions {
+    /// How records are fetched.
+    pub fetch: FetchOptions,
+    /// Whether `object_store` may read its configuration from the environment.
+    pub from_env: bool,
+    /// `object_store`'s options, in the order given.
+    pub config: Vec<(String, String)>,
+}
+
+impl SplitOptions {
+    /// Splits `options` by name: loaderx's ([`LOADERX_OPTIONS`]) are parsed into
+    /// their types here, every other one is kept as `object_store` reads it.
+    pub fn split(options: &[(String, OptionValue)]) -> Result<SplitOptions> {
+        let mut out = SplitOptions::default();
+        for (key, value) in options {
+            let k = key.to_ascii_lowercase();
+            if k == "from_env" {
+                out.from_env = value.flag(key)?;
+            } else if LOADERX_OPTIONS.contains(&k.as_str()) {
+                out.fetch.set(key, value)?;
+            } else {
+                out.config.push((k, value.config_string()));
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split(pairs: &[(&str, OptionValue)]) -> Result<SplitOptions> {
+        let owned: Vec<(String, OptionValue)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        SplitOptions::split(&owned)
+    }
+
+    fn refusal(pairs: &[(&str, OptionValue)]) -> String {
+        match split(pairs) {
+            Err(e) => e.to_string(),
+            Ok(s) => panic!("accepted {pairs:?} as {s:?}"),
+        }
+    }
+
+    use OptionValue::{Bool, Float, Int, Str};
+
+    #[test]
+    fn numbers_booleans_and_strings_are_taken_as_such() {
+        let s = split(&[
+            ("max_concurrency", Int(8)),
+            ("coalesce_gap", Str(" 4096 ".into())),
+            ("max_request_bytes", Int(1 << 22)),
+            ("Retries", Int(0)),
+            ("retry_backoff", Float(0.25)),
+            ("request_timeout", Int(3)),
+            ("from_env", Bool(true)),
+            ("allow_http", Bool(true)),
+            ("http2_max_frame_size", Int(65536)),
+            ("connect_timeout", Str("5 seconds".into())),
+            ("pool_idle_timeout", Float(1.5)),
+        ])
+        .unwrap();
+        assert_eq!(
+            s.fetch,
+            FetchOptions {
+                max_concurrency: 8,
+                coalesce_gap: 4096,
+                max_request_bytes: 1 << 22,
+                retries: 0,
+                retry_backoff: Duration::from_millis(250),
+                request_timeout: Duration::from_secs(3),
+            }
+        );
+        assert!(s.from_env);
+        assert_eq!(
+            s.config,
+            [
+                ("allow_http".to_string(), "true".to_string()),
+                ("http2_max_frame_size".into(), "65536".into()),
+                ("connect_timeout".into(), "5 seconds".into()),
+                ("pool_idle_timeout".into(), "1.5".into()),
+            ]
+        );
+        let s = split(&[
+            ("retry_backoff", Str("60".into())),
+            ("from_env", Str("0".into())),
+        ])
+        .unwrap();
+        assert_eq!(s.fetch.retry_backoff, MAX_BACKOFF);
+        assert!(!s.from_env);
+        assert_eq!(split(&[]).unwrap(), SplitOptions::default());
+    }
+
+    #[test]
+    fn every_bad_value_is_refused_naming_its_key() {
+        for (key, value, want) in [
+            (
+                "retries",
+                Str("x".into()),
+                r#"retries must be a non-negative integer, got "x""#,
+            ),
+            ("retries", Int(101), "retries must be in 0..=100, got 101"),
+            (
+                "retries",
+                Bool(true),
+                "retries must be a non-negative integer, got True",
+            ),
+            (
+                "coalesce_gap",
+                Int(-1),
+                "coalesce_gap must be a non-negative integer, got -1",
+            ),
+            (
+                "coalesce_gap",
+                Float(2.5),
+                "coalesce_gap must be a non-negative integer, got 2.5",
+            ),
+            (
+                "max_concurrency",
+                Int(0),
+                "max_concurrency must be in 1..=1024, got 0",
+            ),
+            (
+                "max_concurrency",
+                Str("2000".into()),
+                r#"max_concurrency must be in 1..=1024, got "2000""#,
+            ),
+            (
+                "max_request_bytes",
+                Int(0),
+                "max_request_bytes must be positive, got 0",
+            ),
+            (
+                "request_timeout",
+                Float(0.0),
+                "request_timeout must be positive, got 0.0",
+            ),
+            (
+                "request_timeout",
+                Float(-1.0),
+                "request_timeout must be a non-negative number of seconds, got -1.0",
+            ),
+            (
+                "retry_backoff",
+                Float(f64::NAN),
+                "retry_backoff must be a non-negative number of seconds, got NaN",
+            ),
+            (
+                "retry_backoff",
+                Bool(false),
+                "retry_backoff must be a non-negative number of seconds, got False",
+            ),
+            (
+                "from_env",
+                Str("maybe".into()),
+                r#"from_env must be True or False, got "maybe""#,
+            ),
+            ("from_env", Int(1), "from_env must be True or False, got 1"),
+        ] {
+            assert_eq!(refusal(&[(key, value)]), format!("storage option {want}"));
+        }
+    }
+}
