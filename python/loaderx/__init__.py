@@ -5,6 +5,9 @@ The main names are here too: ``Dense``, ``Ragged``, ``RaggedBatch``, ``DLTensor`
 ``Loader``, ``Sampler``, ``MixtureSampler`` and every exception of
 ``loaderx.errors``. The first seven are imported on first use, so
 ``import loaderx`` loads neither NumPy nor the native extension.
+
+``set_threads(n)`` and ``thread_count()`` set and read how many threads work on
+one read, write, gather or verify (docs/loader.md, "Threads").
 """
 
 from __future__ import annotations
@@ -46,8 +49,35 @@ __all__ = [
     "RaggedBatch",
     "Sampler",
     "__version__",
+    "set_threads",
+    "thread_count",
 ]
 __all__ += errors.__all__
+
+
+def set_threads(n: int) -> None:
+    """Sets how many threads work on one read, write, gather or verify, the
+    calling thread included (1 runs every call on its caller alone), for this
+    process from the next call on; it overrides the ``LOADERX_NUM_THREADS``
+    environment variable. A call already running keeps its threads.
+    ``InvalidArgumentError`` outside ``1..=1024``, ``TypeError`` for a
+    non-integer."""
+    import operator
+
+    from . import _native
+
+    if isinstance(n, bool) or not hasattr(n, "__index__"):
+        raise TypeError(f"the thread count must be an integer, got {type(n).__name__}")
+    _native.set_threads(operator.index(n))
+
+
+def thread_count() -> int:
+    """How many threads work on one read, write, gather or verify, the calling
+    thread included: what ``set_threads`` set, else ``LOADERX_NUM_THREADS``, else
+    the processors this process may use."""
+    from . import _native
+
+    return _native.thread_count()
 
 
 def __getattr__(name: str) -> object:

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+import loaderx
 from loaderx import converter
 from loaderx.__main__ import find_stores, main
 from loaderx._cli import info as info_command
@@ -287,9 +288,15 @@ def test_bench(tmp_path, capfd):
     assert (d["path"], d["steps"], d["batch_size"], d["threads"]) == (rag, 3, 16, None)
     assert d["records_per_s"] == pytest.approx(48 / d["seconds"])
     assert d["mib_per_s"] > 0
-    # --threads measures in a fresh process, which reads the thread count once.
-    assert main(["bench", rag, "--steps", "2", "--threads", "1", "--json"]) == 0
-    assert json.loads(capfd.readouterr().out)["threads"] == 1
+    before = loaderx.thread_count()
+    try:
+        assert main(["bench", rag, "--steps", "2", "--threads", "1", "--json"]) == 0
+        assert json.loads(capfd.readouterr().out)["threads"] == 1
+        assert loaderx.thread_count() == 1
+        assert main(["bench", rag, "--threads", "2000"]) == 2
+        assert capfd.readouterr().err == "error: the thread count must be in 1..=1024, got 2000\n"
+    finally:
+        loaderx.set_threads(before)
 
 
 def test_python_dash_m_and_console_script(tmp_path):

@@ -35,7 +35,7 @@ def test_the_main_names_are_the_modules_own():
         assert getattr(loaderx, name) is getattr(errors, name)
     assert loaderx.__all__ == [
         "DLTensor", "Dense", "Loader", "MixtureSampler", "Ragged", "RaggedBatch", "Sampler",
-        "__version__",
+        "__version__", "set_threads", "thread_count",
         *errors.__all__,
     ]  # fmt: skip
     assert set(loaderx.__all__) <= set(dir(loaderx))

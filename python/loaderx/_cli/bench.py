@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from typing import Any
 
 import numpy as np
 
+from .. import set_threads
+from ..errors import LoaderxError
 from ..zrecord import DLTensor, ZrecordError
-from ._common import FAILED, OK, READ_ERRORS, NewCommand, error_text, open_reader, positive
+from ._common import FAILED, OK, READ_ERRORS, USAGE, NewCommand, error_text, open_reader, positive
 
 
 def bench_once(
@@ -47,14 +47,12 @@ def bench_once(
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.threads is not None and os.environ.get("LOADERX_NUM_THREADS") != str(args.threads):
-        # The engine reads its thread count once per process: measure in a fresh one.
-        env = {**os.environ, "LOADERX_NUM_THREADS": str(args.threads)}
-        cmd = [sys.executable, "-m", "loaderx", "bench", args.path]
-        cmd += ["--batch-size", str(args.batch_size), "--steps", str(args.steps)]
-        cmd += ["--seed", str(args.seed), "--threads", str(args.threads)]
-        cmd += ["--json"] if args.json else []
-        return subprocess.run(cmd, env=env, check=False).returncode
+    if args.threads is not None:
+        try:
+            set_threads(args.threads)
+        except LoaderxError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return USAGE
     try:
         d = bench_once(args.path, args.batch_size, args.steps, args.seed, args.threads)
     except READ_ERRORS as e:

@@ -60,22 +60,13 @@ def native_options(options: tuple[tuple[str, OptionValue], ...]) -> dict[str, Op
 
 
 def option_pairs(options: StorageOptions | None) -> tuple[tuple[str, OptionValue], ...]:
-    """The options as (name, value) pairs, values as given: the native side
-    checks every name and value, naming the key it refuses."""
+    """The options as (name, value) pairs, as given: the native side checks every
+    name and value, naming the key it refuses."""
     if options is None:
         return ()
     if not isinstance(options, Mapping):
         raise TypeError(f"storage_options must be a dict, got {type(options).__name__}")
-    pairs: list[tuple[str, OptionValue]] = []
-    for k, v in cast("Mapping[object, object]", options).items():
-        if not isinstance(k, str):
-            raise TypeError(f"storage option names are str, got {type(k).__name__}")
-        if not isinstance(v, (str, bool, int, float)):
-            raise TypeError(
-                f"storage option {k!r} must be a str, bool, int or float, got {type(v).__name__}"
-            )
-        pairs.append((k, v))
-    return tuple(pairs)
+    return tuple(cast("Mapping[str, OptionValue]", options).items())
 
 
 def cache_arg(cache: Cache | str | os.PathLike[str] | None) -> Cache | None:
