@@ -14,26 +14,39 @@ from loaderx.errors import OutOfRangeError
 
 DTYPES: tuple[str, ...]
 CODECS: tuple[str, ...]
+DICTIONARY_CODECS: tuple[str, ...]
 FORMAT_VERSION: int
 DEFAULT_DATA_SHARDS: int
 MAX_DATA_SHARDS: int
 MAX_NDIM: int
 MAX_RECORD_BYTES: int
+MAX_RAGGED_ELEMENTS: int
 MAX_ATTRS_BYTES: int
 HEADER_FILE: str
 INDEX_FILE: str
+INDEX_SUMS_FILE: str
+DICT_FILE: str
+ATTRS_FILE: str
+SIZES_STEP_RECORDS: int
+VERIFY_STEP_BYTES: int
 ZSTD_LEVEL: int
 ALIGN: int
 DEFAULT_IDLE_LIMIT: int
 DL_CPU: int
 DL_CUDA: int
 DL_ROCM: int
+MAX_THREADS: int
+SAMPLER_MODES: tuple[str, ...]
+SAMPLER_LAST_STEP: int
 LOADERX_STORAGE_OPTIONS: tuple[str, ...]
 DEFAULT_CACHE_BLOCK_BYTES: int
 DEFAULT_CACHE_MAX_BYTES: int
 DEFAULT_MAX_CONCURRENCY: int
+MAX_CONCURRENCY: int
+MAX_RETRIES: int
 
 def out_of_range(index: int, len: int) -> OutOfRangeError: ...
+def data_file_name(i: int) -> str: ...
 def numpy_dtype(name: str) -> np.dtype[np.generic]: ...
 
 @final

@@ -405,6 +405,7 @@ def exercise_functions(nat: Native, root: pathlib.Path) -> bytes:
     assert summary[:6] == (root / "joined", 6, 2, 0, 2, 12) and seen[-1] == (6, 6)
     threads = nat.call(_native, "thread_count")
     nat.call(_native, "set_threads", threads)
+    assert nat.call(_native, "data_file_name", 7) == "data-007.bin"
     return dictionary
 
 
@@ -483,14 +484,38 @@ def test_the_checker_maps_stub_classes_to_the_module():
 def test_constants_have_their_annotated_types():
     constants = stub_constants(STUB)
     assert set(constants) == {
-        "DTYPES", "CODECS", "FORMAT_VERSION", "DEFAULT_DATA_SHARDS", "MAX_DATA_SHARDS",
-        "MAX_NDIM", "MAX_RECORD_BYTES", "MAX_ATTRS_BYTES", "HEADER_FILE", "INDEX_FILE",
-        "ZSTD_LEVEL", "ALIGN", "DEFAULT_IDLE_LIMIT", "DL_CPU", "DL_CUDA", "DL_ROCM",
-        "LOADERX_STORAGE_OPTIONS", "DEFAULT_CACHE_BLOCK_BYTES", "DEFAULT_CACHE_MAX_BYTES",
-        "DEFAULT_MAX_CONCURRENCY",
+        "DTYPES", "CODECS", "DICTIONARY_CODECS", "FORMAT_VERSION", "DEFAULT_DATA_SHARDS",
+        "MAX_DATA_SHARDS", "MAX_NDIM", "MAX_RECORD_BYTES", "MAX_RAGGED_ELEMENTS",
+        "MAX_ATTRS_BYTES", "HEADER_FILE", "INDEX_FILE", "INDEX_SUMS_FILE", "DICT_FILE",
+        "ATTRS_FILE", "SIZES_STEP_RECORDS", "VERIFY_STEP_BYTES", "ZSTD_LEVEL", "ALIGN",
+        "DEFAULT_IDLE_LIMIT", "DL_CPU", "DL_CUDA", "DL_ROCM", "MAX_THREADS", "SAMPLER_MODES",
+        "SAMPLER_LAST_STEP", "LOADERX_STORAGE_OPTIONS", "DEFAULT_CACHE_BLOCK_BYTES",
+        "DEFAULT_CACHE_MAX_BYTES", "DEFAULT_MAX_CONCURRENCY", "MAX_CONCURRENCY", "MAX_RETRIES",
     }  # fmt: skip
     for name, annotation in constants.items():
         assert mismatch(getattr(_native, name), annotation, STUB, None) == "", name
+
+
+def test_the_rules_python_reads_from_the_native_module():
+    # The values the format and the sampler define (docs/FORMAT.md, docs/sampler.md).
+    assert [_native.data_file_name(i) for i in (0, 7, 254)] == [
+        "data-000.bin",
+        "data-007.bin",
+        "data-254.bin",
+    ]
+    assert (_native.HEADER_FILE, _native.INDEX_FILE, _native.INDEX_SUMS_FILE) == (
+        "header.bin",
+        "index.bin",
+        "index.sum",
+    )
+    assert (_native.DICT_FILE, _native.ATTRS_FILE) == ("dict.bin", "attrs.json")
+    assert _native.DICTIONARY_CODECS == ("zstd_dict",)
+    assert _native.SAMPLER_MODES == ("SEQUENTIAL", "IID", "CYCLIC")
+    assert _native.SAMPLER_LAST_STEP == 2**64 - 1
+    assert _native.MAX_RAGGED_ELEMENTS == 2**31 - 1
+    assert (_native.SIZES_STEP_RECORDS, _native.VERIFY_STEP_BYTES) == (2**20, 64 << 20)
+    assert (_native.DL_CPU, _native.DL_CUDA, _native.DL_ROCM) == (1, 2, 10)
+    assert (_native.MAX_THREADS, _native.MAX_CONCURRENCY, _native.MAX_RETRIES) == (1024, 1024, 100)
 
 
 def runtime_parameters(obj: object, is_method: bool) -> list[tuple[str, object, object]]:

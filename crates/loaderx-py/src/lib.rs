@@ -4,6 +4,7 @@
 //! once (`errors`), and releases the GIL around all byte-moving work.
 
 use pyo3::prelude::*;
+use pyo3::types::PyTuple;
 
 use crate::errors::IntoPy;
 
@@ -19,27 +20,60 @@ mod writer;
 /// The rules and limits the Python package checks arguments against, defined
 /// once in the crates and exported here so that no rule is written twice.
 fn constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    let dtypes: Vec<&str> = zrecord::ALL_DTYPES.iter().map(|d| d.name()).collect();
-    let codecs: Vec<&str> = zrecord::ALL_CODECS.iter().map(|c| c.name()).collect();
-    m.add("DTYPES", pyo3::types::PyTuple::new(m.py(), dtypes)?)?;
-    m.add("CODECS", pyo3::types::PyTuple::new(m.py(), codecs)?)?;
+    let py = m.py();
+    let names = |v: Vec<&'static str>| PyTuple::new(py, v);
+    m.add(
+        "DTYPES",
+        names(zrecord::ALL_DTYPES.iter().map(|d| d.name()).collect())?,
+    )?;
+    m.add(
+        "CODECS",
+        names(zrecord::ALL_CODECS.iter().map(|c| c.name()).collect())?,
+    )?;
+    m.add(
+        "DICTIONARY_CODECS",
+        names(
+            zrecord::ALL_CODECS
+                .iter()
+                .filter(|c| c.takes_dictionary())
+                .map(|c| c.name())
+                .collect(),
+        )?,
+    )?;
     m.add("FORMAT_VERSION", zrecord::FORMAT_VERSION)?;
     m.add("DEFAULT_DATA_SHARDS", zrecord::DEFAULT_DATA_SHARDS)?;
     m.add("MAX_DATA_SHARDS", zrecord::MAX_DATA_SHARDS)?;
     m.add("MAX_NDIM", zrecord::MAX_NDIM)?;
     m.add("MAX_RECORD_BYTES", zrecord::MAX_RECORD_BYTES)?;
+    m.add("MAX_RAGGED_ELEMENTS", zrecord::MAX_RAGGED_ELEMENTS)?;
     m.add("MAX_ATTRS_BYTES", zrecord::MAX_ATTRS_BYTES)?;
     m.add("HEADER_FILE", zrecord::HEADER_FILE)?;
     m.add("INDEX_FILE", zrecord::INDEX_FILE)?;
+    m.add("INDEX_SUMS_FILE", zrecord::INDEX_SUMS_FILE)?;
+    m.add("DICT_FILE", zrecord::DICT_FILE)?;
+    m.add("ATTRS_FILE", zrecord::ATTRS_FILE)?;
+    m.add("SIZES_STEP_RECORDS", zrecord::SIZES_STEP_RECORDS)?;
+    m.add("VERIFY_STEP_BYTES", zrecord::VERIFY_STEP_BYTES)?;
     m.add("ZSTD_LEVEL", zrecord::ZSTD_LEVEL)?;
     m.add("ALIGN", zrecord::ALIGN)?;
     m.add("DEFAULT_IDLE_LIMIT", loaderx_gather::DEFAULT_IDLE_LIMIT)?;
     m.add("DL_CPU", loaderx_gather::DL_CPU)?;
     m.add("DL_CUDA", loaderx_gather::DL_CUDA)?;
     m.add("DL_ROCM", loaderx_gather::DL_ROCM)?;
+    m.add("MAX_THREADS", loaderx_gather::threads::MAX_THREADS)?;
+    m.add(
+        "SAMPLER_MODES",
+        names(
+            loaderx_sampler::Mode::ALL
+                .iter()
+                .map(|m| m.name())
+                .collect(),
+        )?,
+    )?;
+    m.add("SAMPLER_LAST_STEP", loaderx_sampler::LAST_STEP)?;
     m.add(
         "LOADERX_STORAGE_OPTIONS",
-        pyo3::types::PyTuple::new(m.py(), loaderx_remote::LOADERX_OPTIONS)?,
+        PyTuple::new(py, loaderx_remote::LOADERX_OPTIONS)?,
     )?;
     m.add(
         "DEFAULT_CACHE_BLOCK_BYTES",
@@ -49,11 +83,19 @@ fn constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "DEFAULT_MAX_CONCURRENCY",
         loaderx_remote::DEFAULT_MAX_CONCURRENCY,
     )?;
+    m.add("MAX_CONCURRENCY", loaderx_remote::MAX_CONCURRENCY)?;
+    m.add("MAX_RETRIES", loaderx_remote::MAX_RETRIES)?;
     m.add(
         "DEFAULT_CACHE_MAX_BYTES",
         loaderx_remote::DEFAULT_CACHE_MAX_BYTES,
     )?;
     Ok(())
+}
+
+/// The file name of a store's data file number `i` (`data-NNN.bin`).
+#[pyfunction]
+fn data_file_name(i: u8) -> String {
+    zrecord::data_file(usize::from(i))
 }
 
 /// Sets how many threads work on one gather, write or verify, the caller
@@ -93,6 +135,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(publish::concat, m)?)?;
     m.add_function(wrap_pyfunction!(store::upload, m)?)?;
     m.add_function(wrap_pyfunction!(store::is_url, m)?)?;
+    m.add_function(wrap_pyfunction!(data_file_name, m)?)?;
     m.add_function(wrap_pyfunction!(set_threads, m)?)?;
     m.add_function(wrap_pyfunction!(thread_count, m)?)?;
     sampler::register(m)?;

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use loaderx_gather::{Allocator, Begun, Error, RecordSource, Records, Result, THREADS};
 use tokio::task::JoinHandle;
 use xxhash_rust::xxh3::xxh3_64;
-use zrecord::{data_file, Entry, Metadata, Parts, ReadOptions, StoreInfo};
+use zrecord::{data_file, Entry, Metadata, Parts, ReadOptions, StoreInfo, VERIFY_STEP_BYTES};
 
 use crate::cache::Cache;
 use crate::fetch::{plan_requests, BlockKey, Fetcher, Request, Spans};
@@ -17,11 +17,10 @@ use crate::location::Location;
 use crate::options::{FetchOptions, OptionValue};
 use crate::runtime::{block_on, pid, spawn};
 
-/// Most records whose entries a verify resolves at once, and about how many
-/// stored bytes it fetches before checking them: verify streams the data files
-/// in steps of this size rather than holding them.
+/// Most records whose entries a verify resolves at once. With about
+/// [`VERIFY_STEP_BYTES`] of stored bytes fetched before they are checked, verify
+/// streams the data files in steps rather than holding them.
 const VERIFY_RECORDS: u64 = 1 << 16;
-const VERIFY_BYTES: u64 = 64 << 20;
 
 /// An opened remote store: its small files read and checked, its data files'
 /// sizes checked, and what fetches its records. Cloning it is cheap and shares
@@ -341,7 +340,7 @@ impl RemoteStore {
                 .iter()
                 .position(|e| {
                     bytes += u64::from(e.stored_len);
-                    bytes >= VERIFY_BYTES
+                    bytes >= VERIFY_STEP_BYTES
                 })
                 .map_or(entries.len(), |k| k + 1);
             entries.truncate(keep);

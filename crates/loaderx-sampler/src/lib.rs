@@ -40,6 +40,9 @@ pub const TAG_CYCLIC: u64 = 0x6C78_2E63_7963_0002;
 /// Rounds of the balanced Feistel network of CYCLIC.
 pub const FEISTEL_ROUNDS: usize = 6;
 
+/// The last step a sampler draws: steps are numbered `0..=LAST_STEP`.
+pub const LAST_STEP: u64 = u64::MAX;
+
 /// How a batch is drawn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Mode {
@@ -52,6 +55,9 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// Every mode, in code order.
+    pub const ALL: [Mode; 3] = [Mode::Sequential, Mode::Iid, Mode::Cyclic];
+
     /// The stable small-integer code used across the Python boundary.
     pub fn from_code(code: u8) -> Option<Mode> {
         match code {

@@ -56,6 +56,11 @@ impl Codec {
             .find(|c| c.name() == name)
     }
 
+    /// Whether the codec compresses against a dictionary stored with the store.
+    pub fn takes_dictionary(self) -> bool {
+        self == Codec::ZstdDict
+    }
+
     /// Checks that a dictionary is given exactly when the codec needs one.
     pub fn check_dict(self, dict: Option<&[u8]>) -> Result<()> {
         match (self, dict) {

@@ -43,6 +43,10 @@ pub use meta::{Metadata, Parts, ReadOptions, StoreInfo};
 pub use parallel::{Parallel, Sequential};
 pub use plan::Plan;
 pub use publish::{clean_stale, is_build_dir_name, temp_sibling, BuildDir};
-pub use ragged::{align_up, element_count, record_spans, RaggedLayout, RaggedView, ALIGN};
+pub use ragged::{
+    align_up, element_count, record_spans, RaggedLayout, RaggedView, ALIGN, MAX_RAGGED_ELEMENTS,
+};
+pub use sizes::SIZES_STEP_RECORDS;
 pub use source::{IndexSource, PayloadSource};
+pub use verify::VERIFY_STEP_BYTES;
 pub use writer::{Source, Writer, CHUNK_BYTES};

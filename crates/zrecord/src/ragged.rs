@@ -126,6 +126,9 @@ pub struct RaggedLayout {
     pub total: usize,
 }
 
+/// Most elements one Ragged batch holds: its `cu_seqlens` are int32.
+pub const MAX_RAGGED_ELEMENTS: usize = i32::MAX as usize;
+
 /// Alignment of every gathered output and of each part of a Ragged batch in it.
 pub const ALIGN: usize = 64;
 
@@ -137,11 +140,10 @@ pub fn align_up(n: usize) -> usize {
 impl RaggedLayout {
     /// The layout of `records` records of `ndim` dimensions holding `elements` elements of `itemsize` bytes; an error when int32 `cu_seqlens` cannot address them.
     pub fn new(records: usize, ndim: usize, elements: usize, itemsize: usize) -> Result<Self> {
-        if elements > i32::MAX as usize {
+        if elements > MAX_RAGGED_ELEMENTS {
             return Err(Error::InvalidArgument(format!(
                 "the batch holds {elements} elements, more than int32 cu_seqlens can address \
-                 ({}); gather fewer records at once",
-                i32::MAX
+                 ({MAX_RAGGED_ELEMENTS}); gather fewer records at once"
             )));
         }
         let values_bytes = elements * itemsize;

@@ -7,6 +7,10 @@ use crate::error::Result;
 use crate::meta::Metadata;
 use crate::source::IndexSource;
 
+/// Records whose sizes a caller reads per call when it reads a whole store's:
+/// two arrays of 8 MiB each, whatever the store's size.
+pub const SIZES_STEP_RECORDS: u64 = 1 << 20;
+
 impl<I: IndexSource> Metadata<I> {
     /// Calls `each(logical, stored)` with the logical and stored byte counts of
     /// every record in `range`, in position order. Each entry is checked as a

@@ -12,6 +12,11 @@ use crate::meta::Metadata;
 use crate::parallel::{run_parts, Parallel};
 use crate::source::{IndexSource, PayloadSource};
 
+/// About how many stored bytes one step of a verify in steps covers: what a
+/// caller that reports progress verifies between two reports, and what a
+/// remote verify fetches and holds at once.
+pub const VERIFY_STEP_BYTES: u64 = 64 << 20;
+
 impl<I: IndexSource> Metadata<I> {
     /// Checks each record in `range` whose stored bytes `src` holds: its entry,
     /// its stored bytes against their checksum, and that it decodes to its
