@@ -2,7 +2,7 @@
 //! the two in step.
 //!
 //! A store is a directory holding `header.bin`, `index.bin`, `data-NNN.bin` for each
-//! data shard and, for `zstd_dict`, `dict.bin`. Every integer is little-endian.
+//! data file and, for `zstd_dict`, `dict.bin`. Every integer is little-endian.
 
 use std::path::Path;
 
@@ -19,7 +19,7 @@ pub const MAGIC: [u8; 8] = *b"ZRECORD\0";
 pub const FORMAT_VERSION: u32 = 2;
 /// The oldest format version this crate reads.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;
-/// Largest `header.bin` a reader accepts. A real header is under 3 KiB (255 shard
+/// Largest `header.bin` a reader accepts. A real header is under 3 KiB (255 data file
 /// sizes and 32 dimensions at most); the cap keeps a damaged or hostile file from
 /// being read whole.
 pub const MAX_HEADER_BYTES: u64 = 64 << 10;
@@ -39,21 +39,21 @@ pub const ATTRS_FILE: &str = "attrs.json";
 pub const INDEX_BLOCK_BYTES: usize = 64 << 10;
 /// Largest attributes file a store may carry.
 pub const MAX_ATTRS_BYTES: u64 = 1 << 20;
-/// Payload files of a store when the creator does not choose.
+/// Data files of a store when the creator does not choose.
 pub const DEFAULT_DATA_SHARDS: u8 = 4;
-/// Most payload files a store may have (the count is one byte on disk).
+/// Most data files a store may have (the count is one byte on disk).
 pub const MAX_DATA_SHARDS: u8 = u8::MAX;
 /// Largest stored or logical size of one record.
 pub const MAX_RECORD_BYTES: u64 = 1 << 31;
 /// Largest number of dimensions of a record.
 pub const MAX_NDIM: usize = 32;
-/// Fixed part of an index entry: offset u64, stored length u32, shard u8, 3 zero
+/// Fixed part of an index entry: offset u64, stored length u32, data file u8, 3 zero
 /// bytes, xxh3-64 of the stored bytes. Ragged entries append the shape.
 pub const ENTRY_FIXED: usize = 24;
 
-/// The file name of payload file number `shard`.
-pub fn data_file(shard: usize) -> String {
-    format!("data-{shard:03}.bin")
+/// The file name of data file number `i`.
+pub fn data_file(i: usize) -> String {
+    format!("data-{i:03}.bin")
 }
 
 /// The two record geometries.
@@ -79,7 +79,7 @@ pub struct Schema {
     pub ndim: usize,
     /// How records are stored.
     pub codec: Codec,
-    /// Payload files the records are spread over.
+    /// Data files the records are spread over.
     pub data_shards: u8,
 }
 
@@ -171,7 +171,7 @@ pub struct Header {
     pub dict_size: u64,
     /// xxh3-64 of `dict.bin`; 0 without a dictionary.
     pub dict_xxh3: u64,
-    /// Bytes of each payload file, in file order.
+    /// Bytes of each data file, in file order.
     pub shard_sizes: Vec<u64>,
     /// The version the header was written with.
     pub version: u32,
@@ -404,7 +404,7 @@ impl Header {
 /// One record's index entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Entry {
-    /// Where the stored bytes start in their payload file.
+    /// Where the stored bytes start in their data file.
     pub offset: u64,
     /// Stored (possibly compressed) bytes.
     pub stored_len: u32,

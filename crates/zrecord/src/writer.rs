@@ -1,8 +1,8 @@
-//! The append-only builder. Records go to `data_shards` payload files in parallel;
+//! The append-only builder. Records go to `data_shards` data files in parallel;
 //! `finish` publishes the directory atomically.
 //!
 //! Memory stays bounded however large one append is: the input is consumed in
-//! rounds of at most one chunk per shard, each chunk at most `CHUNK_BYTES` of
+//! rounds of at most one chunk per data file, each chunk at most `CHUNK_BYTES` of
 //! logical data (or one record, if a record is larger). Every chunk is encoded
 //! (for raw, copied) into one reusable scratch buffer per concurrent task, and
 //! checksummed and written from there: the caller's memory is read once, so the
@@ -24,22 +24,22 @@ use crate::publish::{check_destination, publish_with_header, write_whole, BuildD
 use crate::ragged::RaggedView;
 use crate::recycle::Recycler;
 
-/// Logical bytes one shard task handles per round.
+/// Logical bytes one data file's task handles per round.
 pub const CHUNK_BYTES: usize = 4 << 20;
 /// Bytes of raw records copied before they are written: the copy stays in cache.
 const RAW_STAGE_BYTES: usize = 256 << 10;
-/// Records one shard task handles per round, so that tiny records keep the
+/// Records one data file's task handles per round, so that tiny records keep the
 /// per-round index buffer small too.
 const CHUNK_RECORDS: usize = 1 << 16;
 
-struct ShardFile {
+struct DataFile {
     file: File,
     path: PathBuf,
     size: u64,
 }
 
-impl ShardFile {
-    /// Appends `bytes` at the end of the shard and starts their writeback.
+impl DataFile {
+    /// Appends `bytes` at the end of the file and starts their writeback.
     fn append(&mut self, bytes: &[u8]) -> Result<()> {
         self.file.write_all(bytes).at(&self.path)?;
         start_writeback(&self.file, self.size, bytes.len() as u64);
@@ -56,7 +56,7 @@ pub struct Writer {
     encoder: Encoder,
     dict_size: u64,
     dict_xxh3: u64,
-    shards: Vec<ShardFile>,
+    files: Vec<DataFile>,
     index: BufWriter<File>,
     index_path: PathBuf,
     index_hasher: Xxh3,
@@ -65,7 +65,7 @@ pub struct Writer {
     attrs_xxh3: u64,
     index_size: u64,
     count: u64,
-    next_shard: usize,
+    next_file: usize,
     scratch: Recycler<Vec<u8>>,
     /// Set when an append failed half way: the files no longer describe a prefix
     /// of the input, so nothing more may be written or published.
@@ -223,9 +223,9 @@ impl Writer {
                 .at(&p)?;
             Ok((f, p))
         };
-        let shards = (0..schema.data_shards as usize)
+        let files = (0..schema.data_shards as usize)
             .map(|s| {
-                open(tmp.join(format::data_file(s))).map(|(file, path)| ShardFile {
+                open(tmp.join(format::data_file(s))).map(|(file, path)| DataFile {
                     file,
                     path,
                     size: 0,
@@ -244,7 +244,7 @@ impl Writer {
             encoder,
             dict_size,
             dict_xxh3,
-            shards,
+            files,
             index: BufWriter::with_capacity(1 << 16, index),
             index_path,
             index_hasher: Xxh3::new(),
@@ -253,7 +253,7 @@ impl Writer {
             attrs_xxh3: 0,
             index_size: 0,
             count: 0,
-            next_shard: 0,
+            next_file: 0,
             scratch: Recycler::new(),
             poisoned: None,
         })
@@ -386,14 +386,14 @@ impl Writer {
     where
         F: Fn(usize) -> Range<usize> + Sync,
     {
-        let s = self.shards.len();
+        let s = self.files.len();
         let total = data.len();
         let target = total.div_ceil(s).clamp(1, CHUNK_BYTES);
         let ndim = self.schema.ndim;
         let mut i = 0;
         let mut entries: Vec<Vec<Entry>> = Vec::new();
         while i < n {
-            // Split the next round into at most one chunk per shard.
+            // Split the next round into at most one chunk per data file.
             let mut chunks: Vec<Range<usize>> = Vec::with_capacity(s);
             while chunks.len() < s && i < n {
                 let start = i;
@@ -405,27 +405,27 @@ impl Writer {
                 chunks.push(start..i);
             }
             entries.resize_with(chunks.len(), Vec::new);
-            let first = self.next_shard;
+            let first = self.next_file;
             let mut tasks = Vec::with_capacity(chunks.len());
             let mut outs = entries.iter_mut();
-            let mut by_chunk: Vec<Option<&mut ShardFile>> =
+            let mut by_chunk: Vec<Option<&mut DataFile>> =
                 (0..chunks.len()).map(|_| None).collect();
-            for (sid, shard) in self.shards.iter_mut().enumerate() {
-                let k = (sid + s - first) % s;
+            for (fid, file) in self.files.iter_mut().enumerate() {
+                let k = (fid + s - first) % s;
                 if k < chunks.len() {
-                    by_chunk[k] = Some(shard);
+                    by_chunk[k] = Some(file);
                 }
             }
-            for ((k, shard), chunk) in by_chunk.into_iter().enumerate().zip(&chunks) {
-                let (Some(shard), Some(out)) = (shard, outs.next()) else {
+            for ((k, file), chunk) in by_chunk.into_iter().enumerate().zip(&chunks) {
+                let (Some(file), Some(out)) = (file, outs.next()) else {
                     continue;
                 };
-                tasks.push(((first + k) % s, shard, chunk.clone(), out));
+                tasks.push(((first + k) % s, file, chunk.clone(), out));
             }
             let encoder = &self.encoder;
             let scratch = &self.scratch;
-            run_parts(par, tasks, |(sid, shard, chunk, out)| {
-                write_chunk(encoder, scratch, sid as u8, shard, data, range, chunk, out)
+            run_parts(par, tasks, |(fid, file, chunk, out)| {
+                write_chunk(encoder, scratch, fid as u8, file, data, range, chunk, out)
             })?;
             for (chunk, out) in chunks.iter().zip(&entries) {
                 let mut buf = Vec::with_capacity(out.len() * self.schema.entry_size());
@@ -443,7 +443,7 @@ impl Writer {
                 self.index_size += buf.len() as u64;
             }
             self.count += (i - chunks[0].start) as u64;
-            self.next_shard = (first + chunks.len()) % s;
+            self.next_file = (first + chunks.len()) % s;
             if source == Source::ReadOnlyFileMapping {
                 let consumed = range(chunks[0].start).start..range(i - 1).end;
                 release_pages(&data[consumed]);
@@ -458,12 +458,12 @@ impl Writer {
         self.check_usable()?;
         self.index.flush().at(&self.index_path)?;
         start_writeback(self.index.get_ref(), 0, 0);
-        for sh in &self.shards {
-            start_writeback(&sh.file, 0, 0);
+        for f in &self.files {
+            start_writeback(&f.file, 0, 0);
         }
         self.index.get_ref().sync_all().at(&self.index_path)?;
-        for sh in &self.shards {
-            sh.file.sync_all().at(&sh.path)?;
+        for f in &self.files {
+            f.file.sync_all().at(&f.path)?;
         }
         let header = Header {
             schema: self.schema.clone(),
@@ -472,7 +472,7 @@ impl Writer {
             index_xxh3: self.index_hasher.digest(),
             dict_size: self.dict_size,
             dict_xxh3: self.dict_xxh3,
-            shard_sizes: self.shards.iter().map(|s| s.size).collect(),
+            shard_sizes: self.files.iter().map(|f| f.size).collect(),
             version: format::FORMAT_VERSION,
             index_sums_xxh3: write_whole(
                 &self.tmp.join(format::INDEX_SUMS_FILE),
@@ -496,8 +496,8 @@ impl Writer {
 fn write_chunk<F>(
     encoder: &Encoder,
     scratch: &Recycler<Vec<u8>>,
-    sid: u8,
-    shard: &mut ShardFile,
+    fid: u8,
+    file: &mut DataFile,
     data: &[u8],
     range: &F,
     chunk: Range<usize>,
@@ -507,7 +507,7 @@ where
     F: Fn(usize) -> Range<usize>,
 {
     out.clear();
-    let base = shard.size;
+    let base = file.size;
     let mut buf = scratch.take().unwrap_or_default();
     buf.clear();
     let result = (|| {
@@ -520,19 +520,19 @@ where
             for rec in chunk {
                 let bytes = &data[range(rec)];
                 if !buf.is_empty() && buf.len() + bytes.len() > RAW_STAGE_BYTES {
-                    shard.append(&buf)?;
+                    file.append(&buf)?;
                     buf.clear();
                 }
                 let at = buf.len();
                 buf.extend_from_slice(bytes);
                 out.push(Entry {
-                    offset: shard.size + at as u64,
+                    offset: file.size + at as u64,
                     stored_len: bytes.len() as u32,
-                    file: sid,
+                    file: fid,
                     checksum: xxh3_64(&buf[at..]),
                 });
             }
-            return shard.append(&buf);
+            return file.append(&buf);
         }
         for rec in chunk {
             let at = buf.len();
@@ -545,11 +545,11 @@ where
             out.push(Entry {
                 offset: base + at as u64,
                 stored_len: n as u32,
-                file: sid,
+                file: fid,
                 checksum: xxh3_64(&buf[at..]),
             });
         }
-        shard.append(&buf)
+        file.append(&buf)
     })();
     if buf.capacity() <= 2 * CHUNK_BYTES + (64 << 10) {
         scratch.put(buf);

@@ -26,9 +26,9 @@ fn dict_for(codec: Codec) -> Option<Vec<u8>> {
 
 /// Writes a Ragged u16 store of ndim 1 with records of the given lengths;
 /// the values start at `seed`.
-fn ragged(path: &Path, codec: Codec, shards: u8, lens: &[u64], seed: u16) -> Vec<Rec> {
+fn ragged(path: &Path, codec: Codec, files: u8, lens: &[u64], seed: u16) -> Vec<Rec> {
     let d = dict_for(codec);
-    let schema = Schema::ragged(DType::U16, 1, codec, shards).unwrap();
+    let schema = Schema::ragged(DType::U16, 1, codec, files).unwrap();
     let mut w = Writer::create(path, schema, d.as_deref()).unwrap();
     let mut values = Vec::new();
     let mut cu = vec![0i32];
@@ -55,9 +55,9 @@ fn ragged(path: &Path, codec: Codec, shards: u8, lens: &[u64], seed: u16) -> Vec
 }
 
 /// Writes a Dense store of `item` u8 items holding `n` records from `seed`.
-fn dense(path: &Path, codec: Codec, shards: u8, item: &[u64], n: usize, seed: u8) -> Vec<Rec> {
+fn dense(path: &Path, codec: Codec, files: u8, item: &[u64], n: usize, seed: u8) -> Vec<Rec> {
     let d = dict_for(codec);
-    let schema = Schema::dense(DType::U8, item, codec, shards).unwrap();
+    let schema = Schema::dense(DType::U8, item, codec, files).unwrap();
     let rb = schema.record_bytes().unwrap() as usize;
     let mut w = Writer::create(path, schema, d.as_deref()).unwrap();
     let data: Vec<u8> = (0..n * rb)
