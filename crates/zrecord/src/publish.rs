@@ -192,7 +192,7 @@ pub struct BuildDir {
 
 impl BuildDir {
     /// Creates the build directory of `dest`, and `dest`'s missing parents, after
-    /// checking `dest` the way [`Writer::create`] does.
+    /// checking `dest` the way [`crate::Writer::create`] does.
     pub fn create(dest: &Path) -> Result<BuildDir> {
         let dest = check_destination(dest)?;
         if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
