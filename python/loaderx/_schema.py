@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 CODECS: tuple[str, ...] = _native.CODECS
+DICTIONARY_CODECS: tuple[str, ...] = _native.DICTIONARY_CODECS
 MAX_DATA_SHARDS: int = _native.MAX_DATA_SHARDS
 MAX_ATTRS_BYTES: int = _native.MAX_ATTRS_BYTES
 

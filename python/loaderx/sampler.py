@@ -25,7 +25,9 @@ from loaderx.errors import InvalidArgumentError
 
 __all__ = ["MixtureSampler", "Sampler"]
 
-_LAST_STEP = 2**64 - 1
+_LAST_STEP: int = _native.SAMPLER_LAST_STEP
+# Each mode's code, as the native kernels number them.
+_MODE_CODE = {name: code for code, name in enumerate(_native.SAMPLER_MODES)}
 
 
 def _restore_step(sampler: _native.Sampler | _native.MixtureSampler, step: int) -> None:
@@ -81,9 +83,9 @@ class Sampler(_native.Sampler):
             positions. Requires ``batch_size <= length``.
         """
 
-        SEQUENTIAL = 0
-        IID = 1
-        CYCLIC = 2
+        SEQUENTIAL = _MODE_CODE["SEQUENTIAL"]
+        IID = _MODE_CODE["IID"]
+        CYCLIC = _MODE_CODE["CYCLIC"]
 
     def __new__(cls, length: int, batch_size: int, mode: Sampler.Mode, seed: int = 0) -> Sampler:
         if not isinstance(mode, Sampler.Mode):

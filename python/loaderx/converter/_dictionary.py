@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
+from .._schema import DICTIONARY_CODECS
 from ..errors import InvalidArgumentError
 from ..utils import DEFAULT_DICT_SIZE, SAMPLE_RATIO, train_dict
 from ._arrow import batches, one_chunk
@@ -76,7 +77,7 @@ def train_dictionaries(splits: list[Split]) -> None:
     trained: dict[str, bytes] = {}
     for split in sorted(splits, key=lambda s: -len(s.ds)):
         for plan in split.plans:
-            if plan.codec != "zstd_dict" or plan.dictionary is not None:
+            if plan.codec not in DICTIONARY_CODECS or plan.dictionary is not None:
                 continue
             if plan.column not in trained:
                 trained[plan.column] = _train(split.ds, plan)

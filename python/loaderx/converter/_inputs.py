@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from .._schema import check_dtype, codec_problem
+from .._schema import DICTIONARY_CODECS, check_dtype, codec_problem
 from ..errors import InvalidArgumentError
 from ._arrow import field_types
 from ._plan import Plan, Refused, plan_column
@@ -133,17 +133,41 @@ def _null_count(ds: Dataset, column: str) -> int:
     return int(cast("pa.ChunkedArray[pa.Scalar[pa.DataType]]", col).null_count)
 
 
+#: The most bytes of UTF-8 a column or split name may take: a directory name's
+#: limit on the common filesystems.
+MAX_NAME_BYTES = 255
+
+
+def _name_problem(name: object) -> str | None:
+    if not isinstance(name, str) or name in ("", ".", ".."):
+        return ""
+    if "/" in name or "\\" in name:
+        # A backslash separates directories on Windows, where the output may be read.
+        return ": it holds a path separator"
+    if name.startswith("."):
+        # Hidden, and `.NAME.tmp-...` is how unpublished build directories are named.
+        return ": a name starting with '.' is hidden, and is how build directories are named"
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        return ": it holds a control character"
+    try:
+        size = len(name.encode())
+    except UnicodeEncodeError:
+        return ": it holds a lone surrogate, which UTF-8 cannot encode"
+    if size > MAX_NAME_BYTES:
+        return f": it takes {size} bytes of UTF-8, more than a directory name's {MAX_NAME_BYTES}"
+    return None
+
+
 def check_name(name: object, what: str) -> str:
-    """`name`, which becomes a directory name, once checked that it can be one."""
-    if (
-        not isinstance(name, str)
-        or name in ("", ".", "..")
-        or "/" in name
-        or "\0" in name
-        or (os.altsep is not None and os.altsep in name)
-    ):
-        raise InvalidArgumentError(f"{what} {name!r} cannot name a directory of the output")
-    return name
+    """`name`, which becomes a directory name, once checked that it can be one that
+    opens and lists like any store: not hidden, one component, printable."""
+    problem = _name_problem(name)
+    if problem is not None:
+        fix = "; rename it first (Dataset.rename_column)" if what == "column" else ""
+        raise InvalidArgumentError(
+            f"{what} {name!r} cannot name a directory of the output{problem}{fix}"
+        )
+    return cast(str, name)
 
 
 def names_option(option: Iterable[str] | None, what: str) -> frozenset[str]:
@@ -251,7 +275,7 @@ def plan_splits(
             if bad_codec is not None:
                 problems[f"codec {c!r}"] = f"column {c!r}: {bad_codec}"
                 continue
-            if c in dict_bytes and cc != "zstd_dict":
+            if c in dict_bytes and cc not in DICTIONARY_CODECS:
                 problems[f"dict {c!r}"] = (
                     f"dict_bytes= gives a dictionary for column {c!r}, whose codec is {cc!r}"
                 )

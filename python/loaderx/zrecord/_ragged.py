@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 
 DLTensor = _native.DLTensor
 
-# The most elements one packed batch holds: its offsets are int32 cu_seqlens.
-MAX_ELEMENTS = int(np.iinfo(np.int32).max)
+# The most elements one packed batch holds (its offsets are int32 cu_seqlens).
+MAX_ELEMENTS: int = _native.MAX_RAGGED_ELEMENTS
 
 
 def _as_dltensor(a: HostArray) -> DLTensor:

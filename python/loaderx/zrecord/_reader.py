@@ -32,10 +32,10 @@ if TYPE_CHECKING:
 
 _BatchT = TypeVar("_BatchT")  # what a reader's gather returns
 
-# Records whose sizes one native call reads from the index (16 bytes each), and
-# the stored bytes one step of a verify with progress checks.
-INDEX_STEP = 1 << 20
-VERIFY_STEP_BYTES = 64 << 20
+# Records whose sizes one native call reads from the index, and the stored bytes
+# one step of a verify with progress checks: the format's own step sizes.
+INDEX_STEP: int = _native.SIZES_STEP_RECORDS
+VERIFY_STEP_BYTES: int = _native.VERIFY_STEP_BYTES
 
 _ROOT_ALLOCATOR_LOCK = threading.Lock()
 
