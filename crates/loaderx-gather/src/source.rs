@@ -113,7 +113,7 @@ impl RecordSource for Store {
     }
 
     fn records(&self, idx: &[u64], allocator: &Allocator) -> Result<Records> {
-        let plan = self.plan(idx)?;
+        let plan = self.plan(idx, &THREADS)?;
         let block = allocator.fill(plan.output_len(), self.decodes(), |out| {
             Ok(self.gather(&plan, out, &THREADS)?)
         })?;

@@ -304,7 +304,7 @@ impl RemoteStore {
 
     fn fill(&self, idx: &[u64], spans: &Spans, allocator: &Allocator) -> Result<Records> {
         let meta = self.meta();
-        let plan = meta.plan(idx, spans)?;
+        let plan = meta.plan(idx, spans, &THREADS)?;
         let block = allocator.fill(plan.output_len(), meta.info().decodes(), |out| {
             Ok(meta.gather(&plan, out, &THREADS, spans)?)
         })?;

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, IoContext, Result};
 use crate::format::{self, Entry, Header, Kind, Schema, MAX_HEADER_BYTES};
 use crate::meta::{check_endian, Metadata, Parts, ReadOptions, StoreInfo};
-use crate::parallel::Parallel;
+use crate::parallel::{Parallel, Sequential};
 use crate::plan::Plan;
 use crate::ragged::RaggedLayout;
 use crate::source::{prefetch, IndexSource, PayloadSource};
@@ -323,8 +323,8 @@ impl Store {
     }
 
     /// [`Metadata::plan`] of the records at `idx` from the store's data files.
-    pub fn plan<'a>(&self, idx: &'a [u64]) -> Result<Plan<'a>> {
-        self.meta.plan(idx, &self.files)
+    pub fn plan<'a>(&self, idx: &'a [u64], par: &dyn Parallel) -> Result<Plan<'a>> {
+        self.meta.plan(idx, &self.files, par)
     }
 
     /// [`Metadata::gather`] of a plan from the store's data files.
@@ -340,7 +340,7 @@ impl Store {
                 "gather_dense on a Ragged store".into(),
             ));
         }
-        let plan = self.plan(idx)?;
+        let plan = self.plan(idx, par)?;
         self.gather(&plan, out, par)
     }
 
@@ -351,7 +351,7 @@ impl Store {
                 "a Ragged gather on a Dense store".into(),
             ));
         }
-        let plan = self.plan(idx)?;
+        let plan = self.plan(idx, &Sequential)?;
         plan.layout
             .ok_or_else(|| Error::Internal("a Ragged plan without a layout".into()))
     }
@@ -364,7 +364,7 @@ impl Store {
         out: &mut [u8],
         par: &dyn Parallel,
     ) -> Result<()> {
-        let plan = self.plan(idx)?;
+        let plan = self.plan(idx, par)?;
         if plan.layout.as_ref() != Some(layout) {
             return Err(Error::InvalidArgument(
                 "the layout does not belong to these positions".into(),

@@ -3,12 +3,15 @@
 //! before the caller allocates anything, so that damaged data can never make a
 //! gather set aside memory its data does not hold.
 
+use std::sync::Mutex;
+
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::codec::declared_size;
 use crate::error::{Error, Result};
 use crate::format::{Entry, Kind};
 use crate::meta::{Metadata, PREFETCH_AHEAD};
+use crate::parallel::{run_parts, Parallel};
 use crate::ragged::RaggedLayout;
 use crate::source::{not_held, IndexSource, PayloadSource};
 
@@ -46,6 +49,14 @@ impl Plan<'_> {
     }
 }
 
+/// Fewest records a part of a plan's checks must have before the checks are split
+/// across threads: each costs about one cache miss, against a hand-off's wake-up.
+const MIN_CHECKS_PER_PART: usize = 32;
+
+/// What one part of a plan's checks found: the checked entries of its records
+/// and their logical sizes.
+type CheckedPart = Result<(Vec<Entry>, Vec<u64>)>;
+
 pub(crate) fn too_large(records: usize) -> Error {
     Error::InvalidArgument(format!(
         "{records} records hold more bytes than this machine can address; gather fewer at once"
@@ -56,8 +67,15 @@ impl<I: IndexSource> Metadata<I> {
     /// Resolves and checks the records at `idx` and computes the output they
     /// need; `src` holds their stored bytes. A compressed record must declare
     /// exactly its logical size in its frame header, so a damaged frame is
-    /// refused before any output is allocated.
-    pub fn plan<'a, S: PayloadSource + ?Sized>(&self, idx: &'a [u64], src: &S) -> Result<Plan<'a>> {
+    /// refused before any output is allocated. The checks run in parts through
+    /// `par`: reading a frame header is a cache miss per record, which one thread
+    /// would take one after another before any thread starts decoding.
+    pub fn plan<'a, S: PayloadSource + ?Sized>(
+        &self,
+        idx: &'a [u64],
+        src: &S,
+        par: &dyn Parallel,
+    ) -> Result<Plan<'a>> {
         self.check_positions(idx)?;
         if let (Some(rb), true) = (self.dense_bytes, self.raw) {
             // Opening checked that a record of this size fits in a data file, so
@@ -76,11 +94,10 @@ impl<I: IndexSource> Metadata<I> {
                 output_len,
             });
         }
-        let (entries, logicals) = self.resolve_sized(idx)?;
+        let (entries, logicals) = self.check_records(idx, src, par)?;
         let mut sizes = Vec::with_capacity(idx.len());
         let mut total: u64 = 0;
-        for ((&p, e), &logical) in idx.iter().zip(&entries).zip(&logicals) {
-            self.check_declared_size(src, e, p, logical)?;
+        for &logical in &logicals {
             total = total
                 .checked_add(logical)
                 .ok_or_else(|| too_large(idx.len()))?;
@@ -105,6 +122,63 @@ impl<I: IndexSource> Metadata<I> {
             layout,
             output_len,
         })
+    }
+
+    /// The checked entries of `idx` and each record's logical size, every
+    /// compressed frame's declared size checked: in parts through `par` when
+    /// the checks read stored bytes. A failure is the first failing part's, so
+    /// the record named does not depend on which thread ran first.
+    fn check_records<S: PayloadSource + ?Sized>(
+        &self,
+        idx: &[u64],
+        src: &S,
+        par: &dyn Parallel,
+    ) -> Result<(Vec<Entry>, Vec<u64>)> {
+        let parts = if self.raw {
+            1
+        } else {
+            par.parts(usize::MAX, true)
+                .min(idx.len() / MIN_CHECKS_PER_PART)
+                .max(1)
+        };
+        let per = idx.len().div_ceil(parts).max(1);
+        let found: Vec<Mutex<Option<CheckedPart>>> =
+            idx.chunks(per).map(|_| Mutex::new(None)).collect();
+        let tasks: Vec<_> = idx.chunks(per).zip(&found).collect();
+        run_parts(par, tasks, |(ids, slot)| {
+            let got = self.check_part(ids, src);
+            *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(got);
+            Ok(())
+        })?;
+        let mut entries = Vec::with_capacity(idx.len());
+        let mut logicals = Vec::with_capacity(idx.len());
+        for slot in found {
+            let got = slot.into_inner().unwrap_or_else(|e| e.into_inner());
+            let (e, l) = got.ok_or_else(|| Error::Internal("a plan part did not run".into()))??;
+            entries.extend(e);
+            logicals.extend(l);
+        }
+        Ok((entries, logicals))
+    }
+
+    /// [`Metadata::check_records`] of one part: its entries resolved, then its
+    /// frames' declared sizes checked with the stored bytes of the records a few
+    /// ahead asked for.
+    fn check_part<S: PayloadSource + ?Sized>(&self, ids: &[u64], src: &S) -> CheckedPart {
+        let (entries, logicals) = self.resolve_sized(ids)?;
+        if self.raw {
+            return Ok((entries, logicals));
+        }
+        for (k, (&p, e)) in ids.iter().zip(&entries).enumerate() {
+            if let Some(a) = entries.get(k + PREFETCH_AHEAD) {
+                src.prefetch(
+                    a.file as usize,
+                    a.offset..a.offset + u64::from(a.stored_len),
+                );
+            }
+            self.check_declared_size(src, e, p, logicals[k])?;
+        }
+        Ok((entries, logicals))
     }
 
     /// The checked entries of `ids` and each record's logical size, with the

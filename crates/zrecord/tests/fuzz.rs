@@ -1880,7 +1880,7 @@ fn check_store(
         };
         if rng.pct(50) {
             // The two-step API: plan, then gather into a buffer of the planned size.
-            let plan = match call!(Stage::Plan, store.plan(&idx)) {
+            let plan = match call!(Stage::Plan, store.plan(&idx, &Sequential)) {
                 Ok(plan) => plan,
                 Err(e) => {
                     let res = Err(e);

@@ -80,10 +80,10 @@ fn same_reads(dir: &Path) {
     assert_eq!(remote.info().dictionary(), local.dictionary());
     let n = local.len();
     let idx: Vec<u64> = (0..n).rev().chain([0, n / 2, 0]).collect();
-    let plan = local.plan(&idx).unwrap();
+    let plan = local.plan(&idx, &Sequential).unwrap();
     let mut want = vec![0u8; plan.output_len()];
     local.gather(&plan, &mut want, &Sequential).unwrap();
-    let plan = remote.plan(&idx, &files).unwrap();
+    let plan = remote.plan(&idx, &files, &Sequential).unwrap();
     let mut got = vec![0u8; plan.output_len()];
     remote.gather(&plan, &mut got, &Sequential, &files).unwrap();
     assert_eq!(got, want);
@@ -154,7 +154,7 @@ fn damaged_parts_and_payloads_are_refused() {
     let entry = store.entries(&idx[..1]).unwrap()[0];
     let mut bad = Files(files.0.clone());
     bad.0[entry.file as usize][entry.offset as usize + 3] ^= 0x20;
-    let read = store.plan(&idx, &bad).and_then(|plan| {
+    let read = store.plan(&idx, &bad, &Sequential).and_then(|plan| {
         let mut out = vec![0u8; plan.output_len()];
         store.gather(&plan, &mut out, &Sequential, &bad)
     });
@@ -175,7 +175,7 @@ fn damaged_parts_and_payloads_are_refused() {
     ));
     let missing = Files(vec![Vec::new(); files.0.len()]);
     assert!(matches!(
-        store.plan(&idx, &missing),
+        store.plan(&idx, &missing, &Sequential),
         Err(Error::Internal(_))
     ));
     assert!(matches!(

@@ -77,7 +77,7 @@ fn read_all(path: &Path) -> Vec<Rec> {
     (0..s.len())
         .map(|i| {
             let idx = [i];
-            let plan = s.plan(&idx).unwrap();
+            let plan = s.plan(&idx, &Sequential).unwrap();
             let mut out = vec![0u8; plan.output_len()];
             s.gather(&plan, &mut out, &Sequential).unwrap();
             match plan.layout() {
