@@ -11,7 +11,8 @@ use zrecord::BuildDir;
 use crate::errors::{invalid_argument, IntoPy};
 
 /// A locked build directory beside `dest`, published or removed the way a
-/// store's is (the converter builds its tree of stores in one).
+/// store's is (the converter builds its tree of stores in one, which is why
+/// stores may be created inside it).
 #[pyclass(module = "loaderx._native", name = "BuildDir", frozen)]
 pub struct PyBuildDir {
     inner: Mutex<Option<BuildDir>>,
@@ -28,7 +29,7 @@ impl PyBuildDir {
 impl PyBuildDir {
     #[new]
     fn new(py: Python<'_>, dest: PathBuf) -> PyResult<Self> {
-        let dir = py.detach(|| BuildDir::create(&dest)).py_err()?;
+        let dir = py.detach(|| BuildDir::create_tree(&dest)).py_err()?;
         Ok(PyBuildDir {
             path: dir.path().to_path_buf(),
             inner: Mutex::new(Some(dir)),

@@ -376,7 +376,7 @@ enum Placed {
 /// Returns the placed file, open, for syncing.
 fn place(src_path: &Path, src: &File, size: u64, to: &Path, copy: bool) -> Result<(File, Placed)> {
     if !copy {
-        match std::fs::hard_link(src_path, to) {
+        match link_target(src_path, to) {
             Ok(()) => {
                 let placed = File::open(to).at(to)?;
                 // The link is made by name; the file checked at open is the one
@@ -428,6 +428,35 @@ fn place(src_path: &Path, src: &File, size: u64, to: &Path, copy: bool) -> Resul
         at += n as u64;
     }
     Ok((out, Placed::Copied))
+}
+
+/// Hard-links the file `src` names at `to`. A data file that is a symbolic link
+/// is followed: the result links the file itself, not the link, so that it holds
+/// the bytes whatever becomes of the link or of its target's name later (a
+/// linked link would resolve anew, a relative one against the result's directory).
+fn link_target(src: &Path, to: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| {
+        std::ffi::CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
+    };
+    let (a, b) = (c(src)?, c(to)?);
+    // SAFETY: both are valid NUL-terminated paths; AT_FDCWD resolves them
+    // relative to the working directory like `fs::hard_link` does.
+    let rc = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 /// Whether a failed hard link means "this filesystem or situation takes no

@@ -18,6 +18,18 @@ use crate::format::{self, Header};
 /// or discard the directory. A lock that can be taken means the owner is gone.
 const LOCK_FILE: &str = ".build.lock";
 
+/// The most bytes of one path component on the filesystems stores live on.
+const NAME_MAX: usize = 255;
+
+/// The real paths of the tree builds ([`BuildDir::create_tree`]) this process
+/// holds, inside which [`check_destination`] lets a store be created.
+static LIVE_BUILDS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+fn live_builds() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    // The list stays consistent whatever panicked while it was held.
+    LIVE_BUILDS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Times [`BuildDir::create`] picks a fresh name when the one it picked is taken
 /// or is removed by a concurrent [`clean_stale`] before its lock is held.
 const CREATE_ATTEMPTS: u32 = 16;
@@ -49,6 +61,12 @@ pub(crate) fn check_destination(dest: &Path) -> Result<PathBuf> {
             "{dest:?}: a store path must end in a directory name{why}"
         )));
     }
+    if last.len() > NAME_MAX {
+        return Err(Error::InvalidArgument(format!(
+            "{dest:?}: a store's name takes at most {NAME_MAX} bytes, this one takes {}",
+            last.len()
+        )));
+    }
     let dest_path = PathBuf::from(std::ffi::OsStr::from_bytes(trimmed));
     if dest_path.symlink_metadata().is_ok() {
         return Err(Error::Exists(dest_path));
@@ -73,7 +91,45 @@ pub(crate) fn check_destination(dest: &Path) -> Result<PathBuf> {
             Err(_) => break,
         }
     }
+    check_not_inside_store(dest, &dest_path)?;
     Ok(dest_path)
+}
+
+/// Refuses a destination inside a published store, which must never change
+/// (and whose readers would never see the new store), or inside a build
+/// directory, which only its owner fills and which `clean` may remove, unless
+/// it is a tree build of this process (as `convert` builds its stores inside
+/// its own).
+/// The check is on the real path of the nearest existing ancestor, so neither
+/// a link nor `..` hides a store.
+fn check_not_inside_store(dest: &Path, dest_path: &Path) -> Result<()> {
+    let Some(real) = dest_path.ancestors().skip(1).find_map(|a| {
+        let a = if a.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            a
+        };
+        fs::canonicalize(a).ok()
+    }) else {
+        return Ok(());
+    };
+    let live = live_builds();
+    let mut dir = PathBuf::new();
+    for part in real.components() {
+        dir.push(part);
+        let why = if is_build_dir_name(part.as_os_str()) && !live.contains(&dir) {
+            "an unpublished build directory (a writer's temporary directory)"
+        } else if dir.join(format::HEADER_FILE).symlink_metadata().is_ok() {
+            "a published store, which never changes"
+        } else {
+            continue;
+        };
+        return Err(Error::InvalidArgument(format!(
+            "{dest:?}: cannot create a store inside {}, {why}; choose a path outside it",
+            dir.display()
+        )));
+    }
+    Ok(())
 }
 
 /// A hidden sibling of `dest` to build it in: `.NAME.tmp-PID-XXXXXXXX`, which
@@ -91,13 +147,18 @@ pub fn temp_sibling(dest: &Path) -> Result<PathBuf> {
     let salt = SEQUENCE
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         .wrapping_mul(0x9e37_79b9);
-    let tmp_name = format!(
-        ".{}.tmp-{}-{:08x}",
-        name.to_string_lossy(),
-        std::process::id(),
-        nanos ^ salt
-    );
-    Ok(dest.with_file_name(tmp_name))
+    let suffix = format!(".tmp-{}-{:08x}", std::process::id(), nanos ^ salt);
+    // The store's name is cut short where the whole would exceed a name's limit;
+    // the build keeps its destination, so only the pattern has to match.
+    let name = name.as_encoded_bytes();
+    let keep = name
+        .len()
+        .min(NAME_MAX.saturating_sub(1 + suffix.len()).max(1));
+    let mut tmp_name = Vec::with_capacity(1 + keep + suffix.len());
+    tmp_name.push(b'.');
+    tmp_name.extend_from_slice(&name[..keep]);
+    tmp_name.extend_from_slice(suffix.as_bytes());
+    Ok(dest.with_file_name(std::ffi::OsStr::from_bytes(&tmp_name)))
 }
 
 /// Whether `name` is one [`temp_sibling`] makes: a dot, a non-empty name,
@@ -185,6 +246,8 @@ fn still_at(f: &File, path: &Path) -> bool {
 pub struct BuildDir {
     dest: PathBuf,
     path: PathBuf,
+    /// `path` resolved, as `LIVE_BUILDS` holds it while a tree build is live.
+    real: Option<PathBuf>,
     /// Held open (and so locked) until the directory is published or removed.
     _lock: File,
     published: bool,
@@ -194,6 +257,17 @@ impl BuildDir {
     /// Creates the build directory of `dest`, and `dest`'s missing parents, after
     /// checking `dest` the way [`crate::Writer::create`] does.
     pub fn create(dest: &Path) -> Result<BuildDir> {
+        BuildDir::create_as(dest, false)
+    }
+
+    /// Creates a build directory for a tree of stores (as `convert` publishes):
+    /// until it is published or dropped, this process may create stores inside
+    /// it, which creating a store refuses for any other build directory.
+    pub fn create_tree(dest: &Path) -> Result<BuildDir> {
+        BuildDir::create_as(dest, true)
+    }
+
+    fn create_as(dest: &Path, tree: bool) -> Result<BuildDir> {
         let dest = check_destination(dest)?;
         if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
             fs::create_dir_all(parent).at(parent)?;
@@ -239,9 +313,15 @@ impl BuildDir {
                 ));
                 continue;
             }
+            // Registered so that stores may be built inside it by this process.
+            let real = tree.then(|| fs::canonicalize(&path).ok()).flatten();
+            if let Some(r) = &real {
+                live_builds().push(r.clone());
+            }
             return Ok(BuildDir {
                 dest,
                 path,
+                real,
                 _lock: lock,
                 published: false,
             });
@@ -291,6 +371,12 @@ impl BuildDir {
 
 impl Drop for BuildDir {
     fn drop(&mut self) {
+        if let Some(real) = &self.real {
+            let mut live = live_builds();
+            if let Some(i) = live.iter().position(|p| p == real) {
+                live.swap_remove(i);
+            }
+        }
         // The lock closes after this body, with the fields: the directory is
         // gone before a clean_stale could take the lock and find it.
         if !self.published {
@@ -454,6 +540,84 @@ mod tests {
             assert!(!is_build_dir_name(std::ffi::OsStr::new(name)), "{name}");
         }
         assert!(is_build_dir_name(std::ffi::OsStr::new(".s.tmp-1-0000abcd")));
+    }
+
+    fn refused_message(dest: &Path) -> String {
+        match BuildDir::create(dest) {
+            Err(Error::InvalidArgument(m)) => m,
+            Err(e) => panic!("{dest:?}: {e}"),
+            Ok(b) => panic!("{:?} was created", b.path()),
+        }
+    }
+
+    #[test]
+    fn a_destination_inside_a_store_or_a_foreign_build_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let store = root.path().join("store");
+        fs::create_dir(&store).unwrap();
+        fs::write(store.join(format::HEADER_FILE), b"h").unwrap();
+        fs::create_dir(store.join("sub")).unwrap();
+        std::os::unix::fs::symlink(&store, root.path().join("link")).unwrap();
+        let foreign = root.path().join(".other.tmp-1-00000001");
+        fs::create_dir(&foreign).unwrap();
+        let real = fs::canonicalize(root.path()).unwrap();
+        let inside_store = format!(
+            "cannot create a store inside {}, a published store, which never changes; \
+             choose a path outside it",
+            real.join("store").display()
+        );
+        for dest in [
+            store.join("s"),
+            store.join("sub/s"),
+            store.join("missing/deeper/s"),
+            root.path().join("link/s"),
+            root.path().join("store/sub/../s"),
+        ] {
+            let m = refused_message(&dest);
+            assert!(m.ends_with(&inside_store), "{dest:?}: {m}");
+        }
+        let m = refused_message(&foreign.join("s"));
+        assert!(
+            m.ends_with(&format!(
+                "cannot create a store inside {}, an unpublished build directory (a writer's \
+                 temporary directory); choose a path outside it",
+                real.join(".other.tmp-1-00000001").display()
+            )),
+            "{m}"
+        );
+        // Nothing was made by any refusal.
+        assert_eq!(names(&store), vec!["header.bin", "sub"]);
+        assert!(names(&store.join("sub")).is_empty() && names(&foreign).is_empty());
+        // A store's build of this process takes no store; a tree build takes
+        // stores (convert's columns), until it is gone.
+        let single = BuildDir::create(&root.path().join("single")).unwrap();
+        assert!(refused_message(&single.path().join("s")).contains("an unpublished build"));
+        drop(single);
+        let tree = BuildDir::create_tree(&root.path().join("tree")).unwrap();
+        let inner = BuildDir::create(&tree.path().join("split/column")).unwrap();
+        inner.publish().unwrap();
+        let kept = tree.path().to_path_buf();
+        tree.publish().unwrap();
+        assert!(root.path().join("tree/split/column").is_dir());
+        fs::create_dir(&kept).unwrap(); // the same name, no longer this process's build
+        assert!(refused_message(&kept.join("s")).contains("an unpublished build directory"));
+    }
+
+    #[test]
+    fn a_store_name_may_take_255_bytes_and_no_more() {
+        let root = tempfile::tempdir().unwrap();
+        let longest = "é".repeat(127) + "e";
+        let b = BuildDir::create(&root.path().join(&longest)).unwrap();
+        let build_name = b.path().file_name().unwrap().as_encoded_bytes().len();
+        assert!(build_name <= NAME_MAX, "{build_name}");
+        assert!(is_build_dir_name(b.path().file_name().unwrap()));
+        b.publish().unwrap();
+        assert_eq!(names(root.path()), vec![longest.clone()]);
+        let m = refused_message(&root.path().join(longest + "e"));
+        assert!(
+            m.ends_with("a store's name takes at most 255 bytes, this one takes 256"),
+            "{m}"
+        );
     }
 
     #[test]

@@ -209,6 +209,47 @@ fn linked_files_are_the_sources_files() {
     }
 }
 
+#[test]
+fn data_files_that_are_links_are_taken_as_their_targets() {
+    let root = tempfile::tempdir().unwrap();
+    let p = |n: &str| root.path().join(n);
+    let want_a = dense(&p("a"), Codec::Zstd, 2, &[24], 30, 3);
+    let want_b = dense(&p("b"), Codec::Zstd, 1, &[24], 10, 4);
+    // a's data files live elsewhere, one by a relative link (which a linked link
+    // would resolve against the result's directory), one by an absolute link.
+    std::fs::create_dir(p("elsewhere")).unwrap();
+    for (k, target) in [
+        (0, PathBuf::from("../elsewhere/data-0")),
+        (1, p("elsewhere/data-1")),
+    ] {
+        let f = p("a").join(format::data_file(k));
+        std::fs::rename(&f, p("elsewhere").join(format!("data-{k}"))).unwrap();
+        std::os::unix::fs::symlink(&target, &f).unwrap();
+    }
+    let twice: Vec<Rec> = want_a.iter().chain(&want_b).cloned().collect();
+    for copy in [false, true] {
+        let dest = p(if copy { "copied" } else { "linked" });
+        let options = ConcatOptions {
+            copy,
+            ..Default::default()
+        };
+        let r = run(&[p("a"), p("b")], &dest, &options).unwrap();
+        assert_eq!(
+            (r.linked_files, r.copied_files),
+            if copy { (0, 3) } else { (3, 0) }
+        );
+        for k in 0..3 {
+            let m = std::fs::symlink_metadata(dest.join(format::data_file(k))).unwrap();
+            assert!(m.file_type().is_file(), "data file {k} of {dest:?}");
+        }
+    }
+    // The links and their targets' names gone, both results still hold every record.
+    std::fs::remove_dir_all(p("a")).unwrap();
+    std::fs::remove_dir_all(p("elsewhere")).unwrap();
+    assert_eq!(read_all(&p("linked")), twice);
+    assert_eq!(read_all(&p("copied")), twice);
+}
+
 fn refused(sources: &[PathBuf], dest: &Path, options: &ConcatOptions<'_>) -> String {
     let parent = dest.parent().unwrap();
     let before = entries(parent);
