@@ -3,6 +3,7 @@ and loaded from the hub cache, and ``convert``'s sources named by path or id."""
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import weakref
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, cast
 
 from .. import errors
 from ..errors import InvalidArgumentError, MissingDependencyError, StorageError
+from ._files import check_regular_files
 
 if TYPE_CHECKING:
     from datasets import (  # pyright: ignore[reportMissingTypeStubs]
@@ -172,6 +174,20 @@ def huggingface(
     return loaded
 
 
+def _is_repo_id(name: str) -> bool:
+    """Whether `name` can be a Hub dataset id (``name`` or ``owner/name``), as
+    huggingface_hub checks it; a path such as ``/data/x`` or ``./x`` cannot."""
+    try:
+        from huggingface_hub.utils import validate_repo_id
+    except ImportError:  # huggingface() says which extra is missing
+        return True
+    try:
+        validate_repo_id(name)
+    except ValueError:  # HFValidationError
+        return False
+    return True
+
+
 def load_source(
     source: str | os.PathLike[str], *, config: str | None = None, revision: str | None = None
 ) -> Dataset | DatasetDict:
@@ -188,11 +204,14 @@ def load_source(
             "loaderx checkout"
         ) from e
     path = os.fspath(source)
-    if os.path.isdir(path):
-        return datasets.load_from_disk(path)  # pyright: ignore[reportUnknownMemberType]
-    if path.endswith(".parquet") or path.endswith(".arrow") or os.path.exists(path):
-        if not os.path.isfile(path):
-            raise errors.StoreNotFoundError(2, "no such file", path)
+    if os.path.lexists(path) or path.endswith((".parquet", ".arrow")) or not _is_repo_id(path):
+        if not os.path.exists(path):
+            raise errors.StoreNotFoundError(
+                errno.ENOENT, f"{path}: no such file or directory", path
+            )
+        check_regular_files(path)
+        if os.path.isdir(path):
+            return datasets.load_from_disk(path)  # pyright: ignore[reportUnknownMemberType]
         if path.endswith(".parquet"):
             import pyarrow.parquet as pq
             from datasets.table import InMemoryTable  # pyright: ignore[reportMissingTypeStubs]

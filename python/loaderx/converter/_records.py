@@ -13,15 +13,12 @@ from ..zrecord import RaggedBatch
 from ..zrecord._ragged import MAX_ELEMENTS
 from ._arrow import Array, ExtensionArray, ListArray, StructArray, field_types
 from ._decode import decode_audio, decode_image
+from ._files import read_regular_file
 from ._plan import BadRecord, Plan
 
 if TYPE_CHECKING:
     import numpy.typing as npt
     import pyarrow as pa
-
-
-#: Rows per Arrow batch read from the dataset; a Ragged batch whose elements
-#: overflow int32 cu_seqlens is split further.
 
 
 #: Rows per Arrow batch read from the dataset; a Ragged batch whose elements
@@ -146,8 +143,7 @@ def _files(arr: Array, plan: Plan, row0: int) -> list[bytes]:
         if p is None:
             raise BadRecord(f"column {plan.column!r}: row {row0 + r} has neither bytes nor a path")
         try:
-            with open(cast(str, p), "rb") as f:
-                out.append(f.read())
+            out.append(read_regular_file(cast(str, p), MAX_ELEMENTS))
         except OSError as e:
             raise BadRecord(
                 f"column {plan.column!r}: row {row0 + r} refers to the file {p!r}, which "
@@ -208,6 +204,34 @@ def _same_shape(plan: Plan, shapes: npt.NDArray[np.int64], row0: int) -> tuple[i
     return plan.shape
 
 
+def _row_of(i: int, starts: npt.NDArray[np.int64] | None) -> int:
+    """The record holding element `i` of a chunk's values (`starts`: each record's
+    first element, None when there is one element per record)."""
+    return i if starts is None else int(np.searchsorted(starts, i, side="right")) - 1
+
+
+def _check_labels(
+    values: npt.NDArray[np.generic],
+    plan: Plan,
+    row0: int,
+    starts: npt.NDArray[np.int64] | None,
+) -> None:
+    """Refuses a ClassLabel value that names no class: one of 0..n-1 for n names,
+    or -1, which datasets uses for a row without a label."""
+    if plan.class_names is None or not len(values):
+        return
+    n = len(plan.class_names)
+    ints = values.astype(np.int64, copy=False)
+    bad = np.flatnonzero((ints < -1) | (ints >= n))
+    if len(bad):
+        i = int(bad[0])
+        raise BadRecord(
+            f"column {plan.column!r}: row {row0 + _row_of(i, starts)} holds {int(ints[i])}, "
+            f"which is not a class of its ClassLabel (0..{n - 1} for its {n} names, or -1 "
+            "for no label); fix the value, or declare the names it stands for"
+        )
+
+
 def _cast(
     values: npt.NDArray[np.generic],
     plan: Plan,
@@ -216,21 +240,29 @@ def _cast(
 ) -> npt.NDArray[np.generic]:
     """`values` in the dtype dtypes= asked for. Integers and booleans must keep
     their value exactly; floats narrowed to a smaller float are rounded, which is
-    what asking for it means."""
+    what asking for it means, but a finite value too large for the narrower type
+    (which would become infinity) is refused."""
     if plan.cast_from is None:
         return values
     assert plan.dtype is not None
-    out = values.astype(plan.dtype)
-    if plan.cast_from.kind in "biu":
-        changed = np.flatnonzero(out.astype(plan.cast_from) != values)
-        if len(changed):
-            i = int(changed[0])
-            r = i if starts is None else int(np.searchsorted(starts, i, side="right")) - 1
-            raise BadRecord(
-                f"column {plan.column!r}: row {row0 + r} holds {values[i].item()!r}, which "
-                f"{plan.dtype} cannot hold exactly ({out[i].item()!r}); ask dtypes= for a "
-                "wider type"
-            )
+    # Overflow is found below and reported with its row, not as NumPy's warning.
+    with np.errstate(all="ignore"):
+        out = values.astype(plan.dtype)
+        if plan.cast_from.kind in "biu":
+            changed = np.flatnonzero(out.astype(plan.cast_from) != values)
+        else:
+            changed = np.flatnonzero(np.isinf(out) & np.isfinite(values))
+    if len(changed):
+        i = int(changed[0])
+        why = (
+            f"{plan.dtype} cannot hold exactly ({out[i].item()!r})"
+            if plan.cast_from.kind in "biu"
+            else f"is beyond the range of {plan.dtype} (it would become {out[i].item()!r})"
+        )
+        raise BadRecord(
+            f"column {plan.column!r}: row {row0 + _row_of(i, starts)} holds "
+            f"{values[i].item()!r}, which {why}; ask dtypes= for a wider type"
+        )
     return out
 
 
@@ -241,10 +273,13 @@ def _chunk(arr: Array, plan: Plan, row0: int) -> Records:
     _no_nulls(arr, plan, row0)
     if plan.source == "number":
         assert plan.dtype is not None
-        values = _cast(arr.to_numpy(zero_copy_only=False), plan, row0, None)
+        values = arr.to_numpy(zero_copy_only=False)
+        _check_labels(values, plan, row0, None)
+        values = _cast(values, plan, row0, None)
         return np.ascontiguousarray(values, plan.dtype)
     if plan.source == "nested":
         values, starts, shapes = _nested(arr, plan, row0)
+        _check_labels(values, plan, row0, starts)
         values = _cast(values, plan, row0, starts)
         assert plan.dtype is not None
         if plan.kind == "ragged":
