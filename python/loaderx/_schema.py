@@ -50,8 +50,15 @@ def check_dtype(dtype: object) -> np.dtype:
         return numpy_dtype(dtype)
     try:
         dt = np.dtype(cast("npt.DTypeLike", dtype))  # anything else is the TypeError below
-    except TypeError as e:
-        raise InvalidArgumentError(f"dtype {dtype!r} is not a NumPy dtype: {e}") from None
+    except TypeError:
+        # A str names what was asked for; any other object is named by its type,
+        # not by a repr that may say nothing (or anything).
+        what = "a NumPy dtype, a type such as np.float32 or a name such as 'float32'"
+        if isinstance(dtype, str):
+            raise InvalidArgumentError(
+                f"dtype {dtype!r} is not a NumPy dtype: give {what}"
+            ) from None
+        raise InvalidArgumentError(f"dtype must be {what}, got {type(dtype).__name__}") from None
     if dt.fields is not None:
         raise InvalidArgumentError(
             f"structured dtype {dt} is not supported: store each field as its own stream"
@@ -135,14 +142,46 @@ def check_codec(codec: object, dict_bytes: object) -> bytes | None:
     return bytes(cast("bytes | bytearray | memoryview[int]", dict_bytes))
 
 
+#: How deep attrs may nest dicts and lists: far beyond any record of a source,
+#: and well within what every JSON reader (Python's included) reads back.
+MAX_ATTRS_DEPTH = 100
+
+#: The most decimal digits of an integer in attrs: Python refuses to read a
+#: longer one back (``sys.get_int_max_str_digits()``'s default).
+MAX_ATTRS_INT_DIGITS = 4300
+_TOO_BIG = 10**MAX_ATTRS_INT_DIGITS
+
+
+def _check_str(value: str, where: str) -> None:
+    try:
+        value.encode()
+    except UnicodeEncodeError as e:
+        raise InvalidArgumentError(
+            f"{where} holds a lone surrogate ({value[e.start]!r} at position {e.start}), "
+            "which UTF-8 cannot encode"
+        ) from None
+
+
 def _check_json(value: object, where: str, active: list[int]) -> None:
     """Refuses anything in `value` that would not read back from JSON equal to
     itself: a type other than dict, list, str, int, float, bool and None (NumPy
     scalars other than float64, tuples and sets among them), a dict key that is
-    not a str, a float that is not finite, and a container inside itself."""
+    not a str, a str that is not Unicode text (a lone surrogate), an integer of
+    more than MAX_ATTRS_INT_DIGITS digits, a float that is not finite, a
+    container inside itself, and nesting deeper than MAX_ATTRS_DEPTH."""
     kind: type[object] = type(value)
     ident = id(value)
-    if value is None or isinstance(value, (str, int)):  # bool is an int
+    if isinstance(value, str):
+        _check_str(value, where)
+        return
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if abs(value) >= _TOO_BIG:
+            raise InvalidArgumentError(
+                f"{where} is an integer of more than {MAX_ATTRS_INT_DIGITS:,} digits, which "
+                "JSON readers (Python's included) refuse to read back; store it as a string"
+            )
         return
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -158,6 +197,11 @@ def _check_json(value: object, where: str, active: list[int]) -> None:
         )
     if ident in active:
         raise InvalidArgumentError(f"{where} contains itself; attrs must be a tree")
+    if len(active) >= MAX_ATTRS_DEPTH:
+        raise InvalidArgumentError(
+            f"{where} nests dicts and lists more than {MAX_ATTRS_DEPTH} deep; attrs nest "
+            f"at most {MAX_ATTRS_DEPTH} levels"
+        )
     active.append(ident)
     if isinstance(value, dict):
         for k, v in cast("dict[object, object]", value).items():
@@ -166,6 +210,7 @@ def _check_json(value: object, where: str, active: list[int]) -> None:
                     f"{where} has the key {k!r} of type {type(k).__name__}; "
                     "attrs keys must be str (JSON would turn it into a string)"
                 )
+            _check_str(k, f"{where} key {k!r}")
             _check_json(v, f"{where}[{k!r}]", active)
     else:
         for i, v in enumerate(cast("list[object]", value)):
@@ -212,6 +257,11 @@ def decode_attrs(raw: bytes | None, path: str) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(raw.decode(), parse_constant=_no_constant)
+    except RecursionError:
+        # Another writer's attributes, nested deeper than Python's stack allows.
+        err = ZrecordError(f"{path}: the attributes nest too deep to be read")
+        err.path = path
+        raise err from None
     except ValueError as e:  # UnicodeDecodeError and JSONDecodeError included
         err = ZrecordError(f"{path}: the attributes are not JSON: {e}")
         err.path = path

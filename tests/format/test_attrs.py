@@ -81,6 +81,14 @@ cyclic: dict = {}
 cyclic["self"] = [cyclic]
 
 
+def nested(depth):
+    """A list `depth` lists deep."""
+    value: list = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize(
     "attrs, error, message",
     [
@@ -94,6 +102,24 @@ cyclic["self"] = [cyclic]
         ({"b": b"raw"}, TypeError, "attrs['b'] is a builtins.bytes"),
         ({"w": Weird()}, TypeError, "attrs['w'] is a test_attrs.Weird"),
         (cyclic, InvalidArgumentError, "attrs['self'][0] contains itself"),
+        (
+            {"deep": nested(1000)},
+            InvalidArgumentError,
+            "attrs['deep']" + "[0]" * 99 + " nests dicts and lists more than 100 deep",
+        ),
+        (
+            {"s": ["ok", "x\ud800y"]},
+            InvalidArgumentError,
+            "attrs['s'][1] holds a lone surrogate ('\\ud800' at position 1), which UTF-8 "
+            "cannot encode",
+        ),
+        ({"k\udc80": 1}, InvalidArgumentError, "attrs key 'k\\udc80' holds a lone surrogate"),
+        (
+            {"n": [10**4300]},
+            InvalidArgumentError,
+            "attrs['n'][0] is an integer of more than 4,300 digits, which JSON readers",
+        ),
+        ({"n": -(10**5000)}, InvalidArgumentError, "attrs['n'] is an integer of more than"),
         ([("a", 1)], TypeError, "attrs must be a dict with str keys, got list"),
         ("{}", TypeError, "attrs must be a dict with str keys, got str"),
     ],
@@ -103,6 +129,27 @@ def test_refused_attributes_name_the_place_and_create_nothing(tmp_path, attrs, e
         Dense.create(tmp_path / "d", np.int32, (2,), codec="raw", attrs=attrs)
     assert message in str(info.value)
     assert os.listdir(tmp_path) == []
+
+
+def test_the_limits_on_depth_and_digits_are_inclusive(tmp_path):
+    deepest = {"a": nested(99)}  # the dict, then 99 lists: 100 levels
+    biggest = {"n": 10**4300 - 1, "m": -(10**4300 - 1)}
+    assert Dense.open(dense(tmp_path / "deep", deepest)).attrs == deepest
+    assert Dense.open(dense(tmp_path / "big", biggest)).attrs == biggest
+    with pytest.raises(InvalidArgumentError, match="more than 100 deep"):
+        dense(tmp_path / "deeper", {"a": nested(100)})
+    assert sorted(os.listdir(tmp_path)) == ["big", "deep"]
+
+
+def test_attributes_too_deep_to_read_are_a_zrecord_error(tmp_path):
+    # Another writer's attributes, nested deeper than Python's JSON reader goes.
+    raw = b'{"a":' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+    w = _native.Writer.create_dense(str(tmp_path / "s"), "int32", [2], "raw", 1, None, raw)
+    w.close()
+    r = Dense.open(tmp_path / "s")
+    with pytest.raises(ZrecordError, match="the attributes nest too deep to be read") as info:
+        r.attrs  # noqa: B018
+    assert info.value.path == str(tmp_path / "s")
 
 
 def test_size_limit_is_the_format_s(tmp_path):
@@ -130,14 +177,14 @@ def test_the_header_covers_the_attributes(tmp_path):
     path = tmp_path / "a" / "attrs.json"
     raw = path.read_bytes()
     path.write_bytes(raw.replace(b"1", b"7"))  # same length, other content
-    with pytest.raises(ZrecordError, match="the attributes checksum mismatch") as info:
+    with pytest.raises(ZrecordError, match="the attributes file checksum mismatch") as info:
         Dense.open(tmp_path / "a")
     assert pathlib.Path(info.value.path) == path
     path.write_bytes(raw + b" ")
-    with pytest.raises(ZrecordError, match="the attributes is 8 bytes but the header says 7"):
+    with pytest.raises(ZrecordError, match="the attributes file is 8 bytes but the header says 7"):
         Dense.open(tmp_path / "a")
     path.unlink()
-    with pytest.raises(ZrecordError, match="the attributes is missing"):
+    with pytest.raises(ZrecordError, match="the attributes file is missing"):
         Dense.open(tmp_path / "a")
 
 

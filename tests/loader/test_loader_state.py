@@ -363,3 +363,33 @@ def test_loaderx_readers_are_identified_by_their_header_checksum(stores, tmp_pat
             f"stream 'label' binding 1 read store {lab.header_checksum} when the state was "
             f"taken, this loader's reads store {other.header_checksum}"
         )
+
+
+def deep(depth):
+    value: list = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("where", ["sampler", "streams", "extra"])
+def test_a_state_nested_too_deep_is_refused_before_it_is_read(stores, where):
+    with Loader({"label": [stores["label"]]}, iid(), workers=0) as loader:
+        state = loader.state_dict()
+        if where == "streams":
+            state["streams"]["label"]["stores"] = deep(5000)
+        else:
+            state[where] = deep(5000)
+        with pytest.raises(ValueError) as info:
+            loader.load_state_dict(state)
+        assert type(info.value).__name__ == "InvalidArgumentError"
+        assert str(info.value) == (
+            "the state nests dicts and lists more than 32 deep; it was not made by state_dict()"
+        )
+        cyclic = loader.state_dict()
+        cyclic["streams"]["label"]["stores"].append(cyclic)
+        with pytest.raises(ValueError, match="nests dicts and lists more than 32 deep"):
+            loader.load_state_dict(cyclic)
+        # A state as state_dict() makes it still resumes.
+        loader.load_state_dict({**loader.state_dict(), "step": 2})
+        assert loader.state_dict()["step"] == 2

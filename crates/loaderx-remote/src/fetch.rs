@@ -306,6 +306,7 @@ impl Fetcher {
     /// attempt holds one of the store's permits; a retry's wait holds none.
     pub async fn get_range(&self, name: &str, range: Range<u64>) -> Result<Bytes> {
         let (loc, opts) = (&self.loc, &self.opts);
+        loc.check_local_file(name)?;
         let path = loc.path_of(name);
         let mut wait = opts.retry_backoff;
         let mut tries = 0u32;
@@ -340,10 +341,10 @@ impl Fetcher {
                     return Err(Error::Storage {
                         url: loc.url_of(name),
                         msg: format!(
-                            "reading bytes {}..{} failed {} times; the last: {msg}",
+                            "reading bytes {}..{} {}",
                             range.start,
                             range.end,
-                            tries + 1
+                            failed(tries + 1, &msg)
                         ),
                     })
                 }
@@ -389,6 +390,7 @@ pub(crate) async fn size_of(
     name: &str,
     opts: &FetchOptions,
 ) -> Result<Option<u64>> {
+    loc.check_local_file(name)?;
     let path = loc.path_of(name);
     let mut wait = opts.retry_backoff;
     let mut tries = 0u32;
@@ -409,15 +411,22 @@ pub(crate) async fn size_of(
         if tries >= opts.retries {
             return Err(Error::Storage {
                 url: loc.url_of(name),
-                msg: format!(
-                    "asking for its size failed {} times; the last: {msg}",
-                    tries + 1
-                ),
+                msg: format!("asking for its size {}", failed(tries + 1, &msg)),
             });
         }
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(MAX_BACKOFF);
         tries += 1;
+    }
+}
+
+/// How requests that all failed are reported: `failed: MSG` after one attempt,
+/// `failed N times; the last: MSG` after several.
+fn failed(attempts: u32, msg: &str) -> String {
+    if attempts == 1 {
+        format!("failed: {msg}")
+    } else {
+        format!("failed {attempts} times; the last: {msg}")
     }
 }
 
@@ -491,6 +500,12 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn one_failed_attempt_is_not_counted_in_times() {
+        assert_eq!(failed(1, "refused"), "failed: refused");
+        assert_eq!(failed(3, "refused"), "failed 3 times; the last: refused");
     }
 
     #[test]

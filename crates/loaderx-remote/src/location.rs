@@ -51,7 +51,15 @@ impl Location {
     /// `aws_region`, `allow_http`...). A name neither knows is an error, never
     /// ignored, and so is a value either refuses: the error names its key.
     pub fn parse(url: &str, options: &[(String, OptionValue)]) -> Result<(Location, FetchOptions)> {
-        let trimmed = url.trim_end_matches('/');
+        // Trailing slashes name the same store; the scheme's "//" is not one.
+        let body = url.find("://").map_or(0, |i| i + 3);
+        let trimmed = &url[..url.trim_end_matches('/').len().max(body)];
+        if trimmed.len() == body {
+            return Err(Error::invalid(format!(
+                "{url}: names no store: give its location after {}",
+                &url[..body]
+            )));
+        }
         let parsed = Url::parse(trimmed)
             .map_err(|e| Error::invalid(format!("{url}: not a valid URL: {e}")))?;
         let (scheme, prefix) = ObjectStoreScheme::parse(&parsed).map_err(|_| {
@@ -167,6 +175,28 @@ impl Location {
     /// The URL of the store's file `name`.
     pub fn url_of(&self, name: &str) -> String {
         format!("{}/{name}", self.url)
+    }
+
+    /// Refuses a `file://` store's file `name` that exists but is not a regular
+    /// file: `object_store` opens files blocking, and a FIFO's open waits for a
+    /// writer that may never come. Any other store, or a missing file, is for
+    /// the request to report.
+    pub(crate) fn check_local_file(&self, name: &str) -> Result<()> {
+        if !matches!(self.scheme, ObjectStoreScheme::Local) {
+            return Ok(());
+        }
+        let Ok(dir) = self.parsed.to_file_path() else {
+            return Ok(());
+        };
+        let path = dir.join(name);
+        match std::fs::metadata(&path) {
+            Ok(m) if !m.is_file() => Err(Error::Store(zrecord::Error::Corrupt {
+                path: self.url_of(name).into(),
+                record: None,
+                msg: "not a regular file (a store holds only regular files)".into(),
+            })),
+            _ => Ok(()),
+        }
     }
 
     /// The path of the store's file `name` inside the object store.

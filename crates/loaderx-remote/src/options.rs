@@ -76,6 +76,28 @@ impl OptionValue {
         })
     }
 
+    /// A positive duration for `object_store`'s client: a number of seconds (or
+    /// its decimal string), or a duration string as `object_store` writes them.
+    fn client_duration(&self, key: &str) -> Result<Duration> {
+        let d = match self {
+            OptionValue::Str(s) if s.trim().parse::<f64>().is_err() => {
+                humantime::parse_duration(s.trim()).map_err(|_| {
+                    Error::invalid(format!(
+                        "storage option {key} must be a number of seconds or a duration such \
+                         as \"30s\" or \"1m 30s\", got {self}"
+                    ))
+                })?
+            }
+            _ => self.seconds(key)?,
+        };
+        if d.is_zero() {
+            return Err(Error::invalid(format!(
+                "storage option {key} must be positive, got {self}"
+            )));
+        }
+        Ok(d)
+    }
+
     /// A duration: a non-negative number of seconds, or its decimal string.
     fn seconds(&self, key: &str) -> Result<Duration> {
         let secs = match self {
@@ -92,6 +114,19 @@ impl OptionValue {
             })
     }
 }
+
+/// `object_store`'s HTTP client options that are durations. It reads them as
+/// strings such as `"30s"` or `"1m 30s"`; loaderx also takes a number of
+/// seconds, as it takes its own durations, and refuses zero, which would fail
+/// every request at once.
+const CLIENT_DURATIONS: [&str; 6] = [
+    "connect_timeout",
+    "http2_keep_alive_interval",
+    "http2_keep_alive_timeout",
+    "pool_idle_timeout",
+    "read_timeout",
+    "timeout",
+];
 
 /// The storage options loaderx reads itself rather than passing to
 /// `object_store`: `from_env` and the [`FetchOptions`].
@@ -230,6 +265,10 @@ impl SplitOptions {
                 out.from_env = value.flag(key)?;
             } else if LOADERX_OPTIONS.contains(&k.as_str()) {
                 out.fetch.set(key, value)?;
+            } else if CLIENT_DURATIONS.contains(&k.as_str()) {
+                let d = value.client_duration(key)?;
+                out.config
+                    .push((k, humantime::format_duration(d).to_string()));
             } else {
                 out.config.push((k, value.config_string()));
             }
@@ -292,8 +331,8 @@ mod tests {
             [
                 ("allow_http".to_string(), "true".to_string()),
                 ("http2_max_frame_size".into(), "65536".into()),
-                ("connect_timeout".into(), "5 seconds".into()),
-                ("pool_idle_timeout".into(), "1.5".into()),
+                ("connect_timeout".into(), "5s".into()),
+                ("pool_idle_timeout".into(), "1s 500ms".into()),
             ]
         );
         let s = split(&[
@@ -304,6 +343,24 @@ mod tests {
         assert_eq!(s.fetch.retry_backoff, MAX_BACKOFF);
         assert!(!s.from_env);
         assert_eq!(split(&[]).unwrap(), SplitOptions::default());
+    }
+
+    #[test]
+    fn client_durations_take_seconds_or_duration_strings() {
+        let s = split(&[
+            ("timeout", Int(30)),
+            ("Read_Timeout", Str("2.5".into())),
+            ("http2_keep_alive_interval", Str("1m 30s".into())),
+        ])
+        .unwrap();
+        assert_eq!(
+            s.config,
+            [
+                ("timeout".to_string(), "30s".to_string()),
+                ("read_timeout".into(), "2s 500ms".into()),
+                ("http2_keep_alive_interval".into(), "1m 30s".into()),
+            ]
+        );
     }
 
     #[test]
@@ -371,6 +428,22 @@ mod tests {
                 r#"from_env must be True or False, got "maybe""#,
             ),
             ("from_env", Int(1), "from_env must be True or False, got 1"),
+            ("timeout", Int(0), "timeout must be positive, got 0"),
+            (
+                "timeout",
+                Str("0s".into()),
+                r#"timeout must be positive, got "0s""#,
+            ),
+            (
+                "connect_timeout",
+                Str("soon".into()),
+                r#"connect_timeout must be a number of seconds or a duration such as "30s" or "1m 30s", got "soon""#,
+            ),
+            (
+                "read_timeout",
+                Int(-5),
+                "read_timeout must be a non-negative number of seconds, got -5",
+            ),
         ] {
             assert_eq!(refusal(&[(key, value)]), format!("storage option {want}"));
         }

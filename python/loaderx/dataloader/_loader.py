@@ -12,7 +12,7 @@ from ..protocols import IndexSampler, Reader, SeekableSampler, SizedSampler
 from ._pipeline import Pipeline, Shards
 from ._process import exact_int, resolve_process, split_description
 from ._rng import MAX_SEED, StepInfo
-from ._state import STATE_VERSION, State, as_mapping, plain, sampler_key
+from ._state import STATE_VERSION, State, as_mapping, check_depth, plain, sampler_key
 from ._streams import Streams
 
 B = TypeVar("B")  # what one reader's gather returns
@@ -68,6 +68,7 @@ class LoaderIterator(Iterator[T], Generic[B, T]):
         """Resumes at ``state['step']``. Call before the first ``next()``."""
         p = self._pipeline
         given = as_mapping(state, "state must be a dict from state_dict()")
+        check_depth(given, "the state")
         version = given.get("version")
         if type(version) is not int or version != STATE_VERSION:
             old = type(version) is int and version == 2

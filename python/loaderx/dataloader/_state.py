@@ -7,9 +7,15 @@ import numbers
 from collections.abc import Mapping, Sequence
 from typing import TypeAlias, cast
 
+from ..errors import InvalidArgumentError
 from ..protocols import ConfiguredSampler, IndexSampler
 
 STATE_VERSION = 3
+
+#: How deep a resume state may nest dicts and lists; state_dict() makes a few
+#: levels, and a deeper state (or one inside itself) is refused before anything
+#: compares or prints it.
+MAX_STATE_DEPTH = 32
 
 JSON: TypeAlias = "None | bool | int | str | list[JSON] | dict[str, JSON]"
 State: TypeAlias = "dict[str, JSON]"
@@ -34,6 +40,26 @@ def plain(value: object, what: str) -> JSON:
         f"{what} holds a {type(value).__name__} ({value!r}); resume states hold only "
         "dict, list, str, int, bool and None, so that they survive JSON"
     )
+
+
+def check_depth(value: object, what: str) -> None:
+    """Refuses `value` if it nests dicts, lists or tuples more than
+    MAX_STATE_DEPTH deep (a container inside itself does), without recursing."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, Mapping):
+            children = list(cast("Mapping[object, object]", v).values())
+        elif isinstance(v, (list, tuple)):
+            children = list(cast("Sequence[object]", v))
+        else:
+            continue
+        if depth >= MAX_STATE_DEPTH:
+            raise InvalidArgumentError(
+                f"{what} nests dicts and lists more than {MAX_STATE_DEPTH} deep; it was not "
+                "made by state_dict()"
+            )
+        stack.extend((c, depth + 1) for c in children)
 
 
 def sampler_key(sampler: IndexSampler) -> JSON:

@@ -13,6 +13,8 @@ from ._options import StorageOptions
 
 __all__ = ["Cache", "StorageOptions"]
 
+_U64_MAX = 2**64 - 1
+
 
 @dataclass(frozen=True)
 class Cache:
@@ -31,8 +33,10 @@ class Cache:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", os.path.abspath(fspath(self.path)))
-        check_int(self.max_bytes, "max_bytes", 0)
-        check_int(self.block_bytes, "block_bytes", 1)
+        # Both are unsigned 64-bit on the native side, which checks the block size
+        # further when the cache is opened.
+        check_int(self.max_bytes, "max_bytes", 0, _U64_MAX)
+        check_int(self.block_bytes, "block_bytes", 1, _U64_MAX)
 
 
 OptionValue = str | bool | int | float
