@@ -57,9 +57,22 @@ def each_store(paths: Sequence[str]) -> Iterator[str]:
         yield from find_stores(p)
 
 
+def message(e: BaseException) -> str:
+    """The exception's own message: for an OSError its text and file, without the
+    ``[Errno N]`` and the repr of the file that ``str()`` adds."""
+    if isinstance(e, OSError) and e.strerror:
+        msg = str(e.strerror)
+        if e.filename is not None:
+            name = os.fsdecode(cast("str | bytes | os.PathLike[str]", e.filename))
+            if name not in msg:
+                msg = f"{name}: {msg}"
+        return msg
+    return str(e)
+
+
 def error_text(e: BaseException) -> str:
     """The message, and for a damaged store the file and record it names."""
-    msg = str(e)
+    msg = message(e)
     if isinstance(e, ZrecordError):
         if e.path is not None:
             msg += f"\n  file: {os.fspath(e.path)}"
@@ -68,13 +81,20 @@ def error_text(e: BaseException) -> str:
     return msg
 
 
+def error_line(path: str, e: BaseException) -> str:
+    """What a command prints for a store or source that failed: ``error: PATH:``
+    and the message, the path once when the message starts with it."""
+    text = error_text(e)
+    return f"error: {text}" if text.startswith(f"{path}:") else f"error: {path}: {text}"
+
+
 def failure(path: str, e: BaseException) -> dict[str, Any]:
     """An error as the ``--json`` documents list it."""
     zr = isinstance(e, ZrecordError)
     return {
         "path": path,
         "error": type(e).__name__,
-        "message": str(e),
+        "message": message(e),
         "file": os.fspath(e.path) if zr and e.path is not None else None,
         "record": e.record if zr else None,
     }

@@ -13,7 +13,7 @@ import numpy as np
 from .. import set_threads
 from ..errors import LoaderxError
 from ..zrecord import DLTensor, ZrecordError
-from ._common import FAILED, OK, READ_ERRORS, USAGE, NewCommand, error_text, open_reader, positive
+from ._common import FAILED, OK, READ_ERRORS, USAGE, NewCommand, error_line, open_reader, positive
 
 
 def bench_once(
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         d = bench_once(args.path, args.batch_size, args.steps, args.seed, args.threads)
     except READ_ERRORS as e:
-        print(f"error: {args.path}: {error_text(e)}", file=sys.stderr)
+        print(error_line(args.path, e), file=sys.stderr)
         return FAILED
     if args.json:
         print(json.dumps(d, indent=2))

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..zrecord import clean
-from ._common import OK, USAGE, NewCommand
+from ._common import OK, USAGE, NewCommand, error_line
 
 
 def run(args: argparse.Namespace) -> int:
@@ -16,7 +16,7 @@ def run(args: argparse.Namespace) -> int:
             for removed in clean(p):
                 print(f"removed {removed}")
         except OSError as e:
-            print(f"error: {e}", file=sys.stderr)
+            print(error_line(p, e), file=sys.stderr)
             status = USAGE
     return status
 

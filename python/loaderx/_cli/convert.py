@@ -8,7 +8,7 @@ import sys
 import warnings
 
 from .. import _native
-from ._common import FAILED, OK, READ_ERRORS, NewCommand, error_text, positive
+from ._common import FAILED, OK, READ_ERRORS, NewCommand, error_line, error_text, message, positive
 
 
 def run(args: argparse.Namespace) -> int:
@@ -16,6 +16,13 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         dataset = converter.load_source(args.src, config=args.config, revision=args.revision)
+    except READ_ERRORS as e:
+        print(error_line(args.src, e), file=sys.stderr)
+        return FAILED
+    except Exception as e:  # datasets' and huggingface_hub's own, for a source they refuse
+        print(f"error: {args.src}: cannot be loaded: {message(e)}", file=sys.stderr)
+        return FAILED
+    try:
         with warnings.catch_warnings():
             # Printed below as lines of their own rather than as Python warnings.
             warnings.simplefilter("ignore", converter.CodecAdviceWarning)

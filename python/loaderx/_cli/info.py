@@ -20,7 +20,7 @@ from ._common import (
     READ_ERRORS,
     NewCommand,
     each_store,
-    error_text,
+    error_line,
     failure,
     open_reader,
     storage_option_arg,
@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
             if args.json:
                 failures.append(failure(path, e))
             else:
-                print(f"error: {path}: {error_text(e)}", file=sys.stderr)
+                print(error_line(path, e), file=sys.stderr)
             continue
         if args.json:
             stores.append(d)

@@ -12,7 +12,7 @@ from ._common import (
     READ_ERRORS,
     NewCommand,
     each_store,
-    error_text,
+    error_line,
     open_reader,
     storage_option_arg,
 )
@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
                 n = len(r)
         except READ_ERRORS as e:
             status = FAILED
-            print(f"error: {path}: {error_text(e)}", file=sys.stderr)
+            print(error_line(path, e), file=sys.stderr)
             continue
         print(f"{path}: {n:,} records intact ({time.perf_counter() - t0:.2f} s)")
     return status
