@@ -8,6 +8,7 @@ import pytest
 from conftest import host
 from loaderx.allocator import Allocation, Allocator
 from loaderx.allocator import host as host_alloc
+from loaderx.errors import InvalidArgumentError
 from loaderx.zrecord import Dense, Ragged, RaggedBatch
 
 
@@ -75,6 +76,30 @@ def test_a_root_reader_reads_into_its_own_host_allocator(dense, tmp_path):
     assert np.array_equal(host(batch), data[[2, 0]])  # closing frees nothing in use
     assert np.array_equal(host(view[[3]]), data[[3]])
     del kept
+
+
+def test_a_view_on_the_allocator_its_reader_closed_says_so(dense, tmp_path):
+    _, data = dense
+    with Dense.create(tmp_path / "s", data.dtype, data.shape[1:], codec="raw") as w:
+        w.append(data)
+    ds = Dense.open(tmp_path / "s")
+    view = ds.bind(ds.allocator)
+    ds.close()
+    for read in (lambda: view[0], lambda: view[[1, 2]], lambda: next(iter(view))):
+        with pytest.raises(InvalidArgumentError) as info:
+            read()
+        # Was "the allocator is closed", with no word of which or why.
+        assert str(info.value) == (
+            f"{tmp_path / 's'}: the host allocator it writes into was closed with the reader "
+            f"of {tmp_path / 's'} that created it; bind views to an allocator of your own to "
+            "read after closing that reader"
+        )
+    mine = host_alloc.Allocator()
+    other = Dense.open(tmp_path / "s").bind(mine)
+    mine.close()
+    with pytest.raises(InvalidArgumentError) as info:
+        other[0]
+    assert str(info.value) == f"{tmp_path / 's'}: the allocator it writes into is closed"
 
 
 REFUSED = (

@@ -68,6 +68,13 @@ def test_create_argument_errors(tmp_path):
         Dense.create(p, np.int32, None, codec="raw")
     with pytest.raises(ValueError, match="dtype 'nope' is not a NumPy dtype"):
         Dense.create(p, "nope", (2,), codec="raw")
+    with pytest.raises(ValueError) as info:
+        Dense.create(p, object(), (2,), codec="raw")
+    # Named by its type: the object's repr was in the message, twice.
+    assert str(info.value) == (
+        "dtype must be a NumPy dtype, a type such as np.float32 or a name such as 'float32', "
+        "got object"
+    )
     with pytest.raises(ValueError, match="only used by codec 'zstd_dict'"):
         Dense.create(p, np.int32, (2,), codec="zstd", dict_bytes=b"abc")
     with pytest.raises(ValueError, match="Dense with item_shape=\\(\\)"):

@@ -149,10 +149,10 @@ pub fn integer_weights(weights: &[Weight]) -> Result<Vec<u64>> {
                 return Err(Error(format!("weights[{i}] is NaN")));
             }
             if v.is_infinite() {
-                return Err(Error(format!("weights[{i}] is infinite ({v})")));
+                return Err(Error(format!("weights[{i}] is infinite ({})", shown(v))));
             }
             if v < 0.0 {
-                return Err(Error(format!("weights[{i}] is negative ({v})")));
+                return Err(Error(format!("weights[{i}] is negative ({})", shown(v))));
             }
         }
         let parts: Vec<(u64, i32)> = values.iter().map(|&v| decompose(v)).collect();
@@ -170,7 +170,7 @@ pub fn integer_weights(weights: &[Weight]) -> Result<Vec<u64>> {
                 return Err(Error(format!(
                     "weights[{i}] ({}) is positive but below 2^-{} of the largest weight, \
                      so it would never be drawn; pass integer weights for such ratios",
-                    values[i],
+                    shown(values[i]),
                     FLOAT_WEIGHT_BITS + 1
                 )));
             }
@@ -186,6 +186,18 @@ pub fn integer_weights(weights: &[Weight]) -> Result<Vec<u64>> {
         return Err(too_large());
     }
     Ok(out)
+}
+
+/// A weight as a message shows it: in the shortest form that reads back as the
+/// same float, with an exponent where plain digits would run long (`1e-300`,
+/// not three hundred zeros).
+fn shown(v: f64) -> String {
+    let a = v.abs();
+    if a != 0.0 && !(1e-4..1e16).contains(&a) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
 }
 
 fn too_large() -> Error {

@@ -251,7 +251,7 @@ impl Store {
             read_sized(
                 &path.join(format::INDEX_SUMS_FILE),
                 format::index_sums_size(header.index_size),
-                "the index block checksums",
+                "the index checksum file",
             )?
         } else {
             Vec::new()
@@ -265,7 +265,7 @@ impl Store {
                 path,
                 format::ATTRS_FILE,
                 header.attrs_size,
-                "the attributes",
+                "the attributes file",
             )?,
         };
         let meta = Metadata::new(path, header, parts, options)?;

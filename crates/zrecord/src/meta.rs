@@ -237,7 +237,7 @@ impl<I: IndexSource> Metadata<I> {
                 format::index_sums_size(header.index_size),
                 header.index_sums_xxh3,
                 &name.join(format::INDEX_SUMS_FILE),
-                "the index block checksums",
+                "the index checksum file",
             )?;
         }
         for (file, size, sum, what, have) in [
@@ -252,7 +252,7 @@ impl<I: IndexSource> Metadata<I> {
                 format::ATTRS_FILE,
                 header.attrs_size,
                 header.attrs_xxh3,
-                "the attributes",
+                "the attributes file",
                 &parts.attrs,
             ),
         ] {

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import threading
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -38,6 +39,10 @@ INDEX_STEP: int = _native.SIZES_STEP_RECORDS
 VERIFY_STEP_BYTES: int = _native.VERIFY_STEP_BYTES
 
 _ROOT_ALLOCATOR_LOCK = threading.Lock()
+
+# The host allocators root readers created and closed with themselves, and the
+# store each was for, so that a view bound to one says why it no longer reads.
+_CLOSED_WITH: weakref.WeakKeyDictionary[Allocator, str] = weakref.WeakKeyDictionary()
 
 
 class ModeError(io.UnsupportedOperation, TypeError):
@@ -177,8 +182,19 @@ class StoreReader(ABC, Generic[_BatchT]):
         return self._native
 
     def _native_allocator(self) -> _native.Allocator:
+        allocator = self._allocator or self.allocator
+        if allocator.closed:
+            closer = _CLOSED_WITH.get(allocator)
+            why = (
+                "the allocator it writes into is closed"
+                if closer is None
+                else f"the host allocator it writes into was closed with the reader of {closer} "
+                "that created it; bind views to an allocator of your own to read after "
+                "closing that reader"
+            )
+            raise InvalidArgumentError(f"{self._path}: {why}")
         # Readers are the one user of an allocator's native pool.
-        return (self._allocator or self.allocator)._native  # pyright: ignore[reportPrivateUsage]
+        return allocator._native  # pyright: ignore[reportPrivateUsage]
 
     def bind(self, allocator: Allocator) -> Self:
         """A view of the same store whose outputs land in `allocator`'s memory."""
@@ -387,6 +403,7 @@ class StoreReader(ABC, Generic[_BatchT]):
         Batches already returned stay valid."""
         self._native = None
         if self._owns_allocator and self._allocator is not None:
+            _CLOSED_WITH[self._allocator] = self._path
             self._allocator.close()
 
     def __enter__(self) -> Self:

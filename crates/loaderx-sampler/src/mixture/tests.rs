@@ -332,7 +332,14 @@ fn invalid_arguments_are_errors() {
     let inf = vec![Weight::Float(f64::INFINITY), Weight::Float(1.0)];
     assert!(err(&r, inf, 4, &m).contains("weights[0] is infinite"));
     let tiny = vec![Weight::Float(1.0), Weight::Float(1e-20)];
-    assert!(err(&r, tiny, 4, &m).contains("weights[1] (0.00000000000000000001) is positive"));
+    assert!(err(&r, tiny, 4, &m).contains("weights[1] (1e-20) is positive"));
+    // Shown with an exponent, not hundreds of digits.
+    let tinier = vec![Weight::Float(1.0), Weight::Float(5e-324)];
+    assert!(err(&r, tinier, 4, &m).contains("weights[1] (5e-324) is positive but below 2^-47"));
+    let negative = vec![Weight::Float(1.0), Weight::Float(-1e-300)];
+    assert!(err(&r, negative, 4, &m).ends_with("weights[1] is negative (-1e-300)"));
+    let half = vec![Weight::Float(1.0), Weight::Float(-0.5)];
+    assert!(err(&r, half, 4, &m).ends_with("weights[1] is negative (-0.5)"));
     assert!(err(&r, ints(&[1, 1]), 0, &m).contains("batch_size must be at least 1"));
     assert!(err(&[(5, 5), (6, 7)], ints(&[1, 1]), 1, &m).contains("ranges[0] = (5, 5) is empty"));
     assert!(err(&[(10, 20), (0, 11)], ints(&[1, 1]), 1, &m)
