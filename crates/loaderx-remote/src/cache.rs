@@ -13,11 +13,20 @@
 //! sees a whole block or none; a block removed by another process's eviction is
 //! just a miss. Eviction removes the least recently used blocks (by modification
 //! time, refreshed on use) once the directory holds more than its limit.
+//!
+//! The directory is the cache's own: a marker file names it a cache when it is
+//! made, a directory holding anything else is refused, and eviction removes only
+//! regular files at the names the cache writes. Every other process may change
+//! the files meanwhile, so a cache file is never mapped (a file truncated under a
+//! mapping kills the reader with SIGBUS): its bytes are read into this process's
+//! memory, and a file opens without blocking and is read only if it is a regular
+//! file, so a FIFO, a directory or a link at a block's name is a miss.
 
 use std::collections::HashMap;
 use std::fs;
 use std::io::Write;
 use std::ops::Range;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -32,11 +41,36 @@ pub const DEFAULT_CACHE_BLOCK_BYTES: u64 = 1 << 20;
 /// The size limit of a cache given as a bare directory.
 pub const DEFAULT_CACHE_MAX_BYTES: u64 = 4 << 30;
 
+/// The file that makes a directory a cache, written when the cache creates it
+/// (or first opens it empty).
+const MARKER: &str = ".loaderx-cache";
+const MARKER_TEXT: &[u8] =
+    b"A loaderx block cache. loaderx removes only its own block files here.\n";
+
 /// A use refreshes a block's time only if it is older than this, so hot blocks
 /// cost no write per read.
 const TOUCH_AFTER: Duration = Duration::from_secs(10);
 /// Temporary files older than this were left by a killed writer.
 const STALE_TEMP: Duration = Duration::from_secs(3600);
+
+/// A block read from disk is read whole and kept in memory, for later gathers to
+/// find without a system call, while the process keeps less than `KEPT_BYTES`.
+/// Past that, parts of records averaging at least `READ_ALONE_BYTES` are read
+/// alone, and smaller ones still bring their block in, in place of another: a
+/// system call costs little against the copy of a large record, and for small
+/// records it would cost more than the record.
+const KEPT_BYTES: u64 = 256 << 20;
+const READ_ALONE_BYTES: u64 = 32 << 10;
+/// Blocks larger than this are never read whole for a few records.
+const KEEP_MAX_BLOCK: u64 = 4 << 20;
+/// Two parts of one block this close are read by one system call.
+const MERGE_GAP: u64 = 4 << 10;
+
+/// Bytes of blocks kept in memory by every cache of this process.
+static KEPT: AtomicU64 = AtomicU64::new(0);
+
+/// A block by store (header checksum), data file and number.
+type Key = (u64, String, u64);
 
 /// An opened cache directory with its limits.
 #[derive(Debug)]
@@ -47,50 +81,224 @@ pub struct Cache {
     /// Bytes this process believes the directory holds; exact after each scan.
     held: AtomicU64,
     evicting: Mutex<()>,
-    /// Blocks this process mapped lately, reused by later reads so that a warm
-    /// gather does not open, map and unmap every block it touches.
-    mapped: Mutex<HashMap<PathBuf, Mapped>>,
+    /// Blocks this cache read lately, kept whole in memory so that a warm
+    /// gather makes no system call.
+    kept: Mutex<HashMap<Key, Kept>>,
+    /// `KEPT_BYTES` but in tests.
+    kept_limit: u64,
 }
 
-/// A mapped cache file and when this process last refreshed its time.
+/// A block kept in memory and when this process last refreshed its file's time.
 #[derive(Debug)]
-struct Mapped {
+struct Kept {
     bytes: Bytes,
     touched: Instant,
 }
-
-/// Most bytes of blocks a process keeps mapped (address space, not memory: the
-/// pages are the kernel's page cache), and most blocks.
-const MAPPED_BYTES: u64 = 4 << 30;
-const MAPPED_BLOCKS: u64 = 4096;
 
 fn io(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
     move |source| Error::io(path.to_path_buf(), source)
 }
 
+/// Opens `path` for reading if it is a regular file, without blocking (a FIFO
+/// opens at once and is refused) and without following a link at the last
+/// name. The check is made on the opened file, so a rename cannot race it.
+fn open_regular(path: &Path) -> std::io::Result<(fs::File, fs::Metadata)> {
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(path)?;
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    Ok((f, meta))
+}
+
+/// Buffers that parts read alone are read into, reused: a fresh buffer per
+/// record would cost more in zeroing and faulting in its pages than the read.
+/// Sizes are powers of two, one list per size, each holding at most
+/// `POOL_BYTES` (so that buffers of one size never crowd out another's).
+static POOL: Mutex<Vec<Vec<Vec<u8>>>> = Mutex::new(Vec::new());
+const POOL_BYTES: usize = 64 << 20;
+
+/// A pooled buffer holding `len` bytes, returned to the pool when the last
+/// slice of it goes.
+struct Pooled {
+    buf: Vec<u8>,
+    len: usize,
+}
+
+impl AsRef<[u8]> for Pooled {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        let buf = std::mem::take(&mut self.buf);
+        let class = buf.len().trailing_zeros() as usize;
+        let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+        if pool.len() <= class {
+            pool.resize_with(class + 1, Vec::new);
+        }
+        if (pool[class].len() + 1).saturating_mul(buf.len()) <= POOL_BYTES {
+            pool[class].push(buf);
+        }
+    }
+}
+
+/// `len` bytes of `f` from `at` in a pooled buffer; None if the file is
+/// shorter now or the memory is not there.
+fn read_pooled(f: &fs::File, at: u64, len: u64) -> Option<Bytes> {
+    let n = usize::try_from(len).ok()?;
+    let size = n.checked_next_power_of_two()?;
+    let class = size.trailing_zeros() as usize;
+    let found = POOL
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_mut(class)
+        .and_then(Vec::pop);
+    let mut buf = match found {
+        Some(b) => b,
+        None => {
+            let mut b = Vec::new();
+            b.try_reserve_exact(size).ok()?;
+            b.resize(size, 0);
+            b
+        }
+    };
+    f.read_exact_at(&mut buf[..n], at).ok()?;
+    Some(Bytes::from_owner(Pooled { buf, len: n }))
+}
+
+/// `len` bytes of `f` from `at`; None if the file is shorter now or the memory
+/// is not there.
+fn read_at(f: &fs::File, at: u64, len: u64) -> Option<Vec<u8>> {
+    let n = usize::try_from(len).ok()?;
+    let mut buf = Vec::new();
+    buf.try_reserve_exact(n).ok()?;
+    buf.resize(n, 0);
+    f.read_exact_at(&mut buf, at).ok()?;
+    Some(buf)
+}
+
+fn is_hex16(name: &str) -> bool {
+    name.len() == 16 && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+fn is_number(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 20 && name.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// The names of a store's files the cache keeps: its data files and small files.
+fn is_store_file(name: &str) -> bool {
+    let data = name
+        .strip_prefix("data-")
+        .and_then(|n| n.strip_suffix(".bin"))
+        .is_some_and(is_number);
+    data || [
+        zrecord::INDEX_FILE,
+        zrecord::INDEX_SUMS_FILE,
+        zrecord::DICT_FILE,
+        zrecord::ATTRS_FILE,
+    ]
+    .contains(&name)
+}
+
+/// A temporary name `put_file` makes: `.tmp-<pid>-<sequence>`.
+fn is_temp(name: &str) -> bool {
+    name.strip_prefix(".tmp-")
+        .and_then(|rest| rest.split_once('-'))
+        .is_some_and(|(pid, seq)| is_number(pid) && is_number(seq))
+}
+
+/// The directories directly in `dir` (not links to them) whose names `keep` accepts.
+fn subdirs(dir: &Path, keep: fn(&str) -> bool) -> Vec<PathBuf> {
+    let Ok(rd) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter(|e| e.file_name().to_str().is_some_and(keep))
+        .map(|e| e.path())
+        .collect()
+}
+
+/// Makes sure `dir` (an existing directory) is a cache: it holds the marker, or
+/// it is empty or holds only store directories (a cache made before the marker)
+/// and is marked now. Anything else is refused before anything is touched.
+fn claim(dir: &Path) -> Result<()> {
+    let marker = dir.join(MARKER);
+    if fs::symlink_metadata(&marker).is_ok_and(|m| m.is_file()) {
+        return Ok(());
+    }
+    for ent in fs::read_dir(dir).map_err(io(dir))? {
+        let ent = ent.map_err(io(dir))?;
+        let name = ent.file_name();
+        let kind = ent.file_type().ok();
+        if name == MARKER && kind.is_some_and(|t| t.is_file()) {
+            // Another process marked it meanwhile.
+            return Ok(());
+        }
+        let store = kind.is_some_and(|t| t.is_dir()) && name.to_str().is_some_and(is_hex16);
+        if !store {
+            return Err(Error::invalid(format!(
+                "{}: not a loaderx cache: it holds {:?} and no {MARKER} file. A cache \
+                 removes files to stay under its limit, so it needs a directory of its \
+                 own: give a new or empty one",
+                dir.display(),
+                name.to_string_lossy()
+            )));
+        }
+    }
+    fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(&marker)
+        .and_then(|mut f| f.write_all(MARKER_TEXT))
+        .map_err(io(&marker))
+}
+
 impl Cache {
     /// Opens (creating if needed) the cache directory `dir`, which may hold at
-    /// most `max_bytes` of blocks of `block_bytes` each.
+    /// most `max_bytes` of blocks of `block_bytes` each. A directory that exists
+    /// must be a cache already, or empty, or hold only store directories.
     pub fn open(dir: &Path, max_bytes: u64, block_bytes: u64) -> Result<Cache> {
         if block_bytes == 0 || block_bytes > 1 << 30 {
             return Err(Error::invalid(format!(
                 "cache block_bytes must be in 1..=1073741824, got {block_bytes}"
             )));
         }
-        fs::create_dir_all(dir).map_err(io(dir))?;
-        if !fs::metadata(dir).map_err(io(dir))?.is_dir() {
-            return Err(Error::invalid(format!(
-                "{}: the cache path is not a directory",
-                dir.display()
-            )));
+        // stat, not open: a FIFO at the path is refused without blocking. A link
+        // to a directory is the caller's choice of directory.
+        match fs::metadata(dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(Error::invalid(format!(
+                    "{}: the cache path exists and is not a directory",
+                    dir.display()
+                )))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                fs::create_dir_all(dir).map_err(io(dir))?
+            }
+            Err(e) => return Err(io(dir)(e)),
         }
+        claim(dir)?;
         let cache = Cache {
             dir: dir.to_path_buf(),
             max_bytes,
             block_bytes,
             held: AtomicU64::new(0),
             evicting: Mutex::new(()),
-            mapped: Mutex::new(HashMap::new()),
+            kept: Mutex::new(HashMap::new()),
+            kept_limit: KEPT_BYTES,
         };
         cache.evict();
         Ok(cache)
@@ -123,8 +331,10 @@ impl Cache {
 
     /// Bytes `ranges` (each within the block) of block `block` of `file` of the
     /// store whose header checksum is `store`, if the cache holds the block
-    /// whole: exactly `len` bytes. Only the pages of the ranges are touched, so
-    /// a small record costs no more than its own bytes however large the block.
+    /// whole: exactly `len` bytes. The block is read whole into memory, where
+    /// later gathers find it, unless the memory for that is taken and the
+    /// parts are large: they are then read alone, so that a large record costs
+    /// its own bytes however large the block.
     pub(crate) fn read(
         &self,
         store: u64,
@@ -136,66 +346,124 @@ impl Cache {
         if ranges.iter().any(|r| r.start > r.end || r.end > len) {
             return None;
         }
-        let whole = self.map_file(&self.block_path(store, file, block), len, true)?;
-        Some(
-            ranges
-                .iter()
-                .map(|r| whole.slice(r.start as usize..r.end as usize))
-                .collect(),
-        )
+        let key = (store, file.to_string(), block);
+        if let Some(whole) = self.kept_block(&key, len) {
+            return Some(slices(&whole, 0, ranges));
+        }
+        let path = self.block_path(store, file, block);
+        let f = self.open_block(&path, len)?;
+        // A part at either end of the block may be a piece of a large record
+        // that crosses into the next block, so only the parts inside say how
+        // large the records are.
+        let (inside, bytes) = ranges
+            .iter()
+            .filter(|r| r.start > 0 && r.end < len)
+            .fold((0u64, 0u64), |(n, b), r| (n + 1, b + (r.end - r.start)));
+        let small = inside > 0 && bytes < READ_ALONE_BYTES.saturating_mul(inside);
+        let room = KEPT.load(Ordering::Relaxed).saturating_add(len) <= self.kept_limit;
+        if len <= KEEP_MAX_BLOCK && (small || room) {
+            let whole = Bytes::from(read_at(&f, 0, len)?);
+            self.keep(key, whole.clone(), small);
+            return Some(slices(&whole, 0, ranges));
+        }
+        let mut out = Vec::with_capacity(ranges.len());
+        let mut i = 0;
+        while i < ranges.len() {
+            let (start, mut end) = (ranges[i].start, ranges[i].end);
+            let mut j = i + 1;
+            while j < ranges.len()
+                && ranges[j].start >= start
+                && ranges[j].start <= end.saturating_add(MERGE_GAP)
+            {
+                end = end.max(ranges[j].end);
+                j += 1;
+            }
+            let run = read_pooled(&f, start, end - start)?;
+            out.extend(slices(&run, start, &ranges[i..j]));
+            i = j;
+        }
+        Some(out)
     }
 
-    /// A small file of the store (its index, say), if the cache holds `len` bytes.
-    pub(crate) fn get_small(&self, store: u64, file: &str, len: u64) -> Option<Bytes> {
-        self.map_file(&self.store_dir(store).join(file).join("whole"), len, false)
-    }
-
-    /// The whole file at `path`, if it is `len` bytes: mapped, not read, so that
-    /// records are decoded straight from the page cache into the output, as a
-    /// local store's small records are. A mapping this process made lately is
-    /// reused; with `keep`, this one is kept for reuse.
-    fn map_file(&self, path: &Path, len: u64, keep: bool) -> Option<Bytes> {
+    /// The block `key` if this cache keeps it in memory. Every `TOUCH_AFTER`
+    /// its file's time is refreshed, so that every process's eviction sees it
+    /// in use; a file gone meanwhile (another process evicted it) drops the
+    /// copy too, and the block is fetched and written again.
+    fn kept_block(&self, key: &Key, len: u64) -> Option<Bytes> {
         let now = Instant::now();
-        {
-            let mut mapped = self.mapped.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(m) = mapped.get_mut(path) {
-                if m.bytes.len() as u64 == len {
-                    if now.duration_since(m.touched) > TOUCH_AFTER {
-                        // Keeps the block recent for every process's eviction;
-                        // a block another process evicted meanwhile is gone for
-                        // good, and this mapping is dropped.
-                        m.touched = now;
-                        let touched = fs::File::open(path)
-                            .and_then(|f| f.set_modified(SystemTime::now()))
-                            .is_ok();
-                        if !touched {
-                            mapped.remove(path);
-                            return None;
-                        }
-                    }
-                    return Some(m.bytes.clone());
-                }
-                mapped.remove(path);
+        let bytes = {
+            let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+            let k = kept.get_mut(key)?;
+            if now.duration_since(k.touched) <= TOUCH_AFTER && k.bytes.len() as u64 == len {
+                return Some(k.bytes.clone());
+            }
+            k.touched = now;
+            k.bytes.clone()
+        };
+        let path = self.block_path(key.0, &key.1, key.2);
+        match open_regular(&path) {
+            Ok((f, meta)) if meta.len() == len && bytes.len() as u64 == len => {
+                let _ = f.set_modified(SystemTime::now());
+                Some(bytes)
+            }
+            _ => {
+                self.forget(key);
+                None
             }
         }
-        let f = fs::File::open(path).ok()?;
-        let meta = f.metadata().ok()?;
+    }
+
+    /// Keeps `bytes`, block `key`, in memory if the process keeps less than
+    /// `KEPT_BYTES`, or (with `evict`) giving up others of this cache.
+    fn keep(&self, key: Key, bytes: Bytes, evict: bool) {
+        let n = bytes.len() as u64;
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.contains_key(&key) {
+            return;
+        }
+        while KEPT.load(Ordering::Relaxed).saturating_add(n) > self.kept_limit {
+            if !evict {
+                return;
+            }
+            // Any one: the map's order is as good as random, and random
+            // replacement does not thrash on a cyclic pattern as LRU would.
+            let Some(k) = kept.keys().next().cloned() else {
+                return;
+            };
+            if let Some(old) = kept.remove(&k) {
+                KEPT.fetch_sub(old.bytes.len() as u64, Ordering::Relaxed);
+            }
+        }
+        KEPT.fetch_add(n, Ordering::Relaxed);
+        kept.insert(
+            key,
+            Kept {
+                bytes,
+                touched: Instant::now(),
+            },
+        );
+    }
+
+    fn forget(&self, key: &Key) {
+        let old = self
+            .kept
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+        if let Some(old) = old {
+            KEPT.fetch_sub(old.bytes.len() as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// The cache file at `path`, opened, if it is a regular file of `len`
+    /// bytes. One of another length is removed (its name is the cache's, and a
+    /// wrong length is damage), and the time of one not used lately refreshed.
+    fn open_block(&self, path: &Path, len: u64) -> Option<fs::File> {
+        let (f, meta) = open_regular(path).ok()?;
         if meta.len() != len {
             let _ = fs::remove_file(path);
             return None;
         }
-        if len == 0 {
-            return Some(Bytes::new());
-        }
-        // SAFETY: a cache file is written whole under a temporary name and
-        // renamed into place, and never written again; eviction unlinks it,
-        // which leaves a mapping intact. Another program truncating it while
-        // mapped is a fault this reader cannot catch, as for a local store.
-        let map = unsafe { memmap2::Mmap::map(&f) }.ok()?;
-        if map.len() as u64 != len {
-            return None;
-        }
-        let whole = Bytes::from_owner(map);
         if meta
             .modified()
             .ok()
@@ -204,35 +472,13 @@ impl Cache {
         {
             let _ = f.set_modified(SystemTime::now());
         }
-        if !keep {
-            return Some(whole);
-        }
-        let most = (MAPPED_BYTES / len.max(1)).clamp(1, MAPPED_BLOCKS) as usize;
-        let mut mapped = self.mapped.lock().unwrap_or_else(|e| e.into_inner());
-        if mapped.len() >= most {
-            // Any one: the map's order is as good as random, and random
-            // replacement does not thrash on a cyclic pattern as LRU would.
-            if let Some(k) = mapped.keys().next().cloned() {
-                mapped.remove(&k);
-            }
-        }
-        mapped.insert(
-            path.to_path_buf(),
-            Mapped {
-                bytes: whole.clone(),
-                touched: now,
-            },
-        );
-        Some(whole)
+        Some(f)
     }
 
-    /// Forgets this process's mappings: their files may be unlinked, and an
-    /// unlinked file's disk space is only freed once no one maps it.
-    fn unmap_all(&self) {
-        self.mapped
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+    /// A small file of the store (its index, say), if the cache holds `len` bytes.
+    pub(crate) fn get_small(&self, store: u64, file: &str, len: u64) -> Option<Vec<u8>> {
+        let f = self.open_block(&self.store_dir(store).join(file).join("whole"), len)?;
+        read_at(&f, 0, len)
     }
 
     /// Stores a block. Failures (a full disk, a removed directory) only cost the
@@ -248,12 +494,8 @@ impl Cache {
 
     /// Forgets a block found damaged.
     pub(crate) fn remove(&self, store: u64, file: &str, block: u64) {
-        let path = self.block_path(store, file, block);
-        self.mapped
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&path);
-        let _ = fs::remove_file(path);
+        self.forget(&(store, file.to_string(), block));
+        let _ = fs::remove_file(self.block_path(store, file, block));
     }
 
     /// Forgets a small file found damaged.
@@ -269,22 +511,73 @@ impl Cache {
         if fs::create_dir_all(parent).is_err() {
             return;
         }
+        // The three directories under the cache's must be its own, not links
+        // that would take the write elsewhere.
+        let own = parent
+            .ancestors()
+            .take_while(|a| *a != self.dir)
+            .all(|a| fs::symlink_metadata(a).is_ok_and(|m| m.is_dir()));
+        if !own {
+            return;
+        }
         let tmp = parent.join(format!(
             ".tmp-{}-{}",
             std::process::id(),
             TEMP_SEQ.fetch_add(1, Ordering::Relaxed)
         ));
-        let written = fs::File::create(&tmp)
+        // create_new: nothing already at the name (a FIFO, a link) is opened.
+        let written = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
             .and_then(|mut f| f.write_all(bytes))
             .and_then(|()| fs::rename(&tmp, path));
         if written.is_err() {
             let _ = fs::remove_file(&tmp);
             return;
         }
-        let held = self.held.fetch_add(bytes.len() as u64, Ordering::Relaxed) + bytes.len() as u64;
+        let held = self
+            .held
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed)
+            .saturating_add(bytes.len() as u64);
         if held > self.max_bytes {
             self.evict();
         }
+    }
+
+    /// The cache's own files: regular files at the names it writes, under
+    /// directories (never links) at the names it makes. Returns the blocks and
+    /// small files, and the temporary files.
+    fn own_files(&self) -> (Vec<OwnFile>, Vec<OwnFile>) {
+        let (mut files, mut temps) = (Vec::new(), Vec::new());
+        for store in subdirs(&self.dir, is_hex16) {
+            for size in subdirs(&store, is_number) {
+                for file in subdirs(&size, is_store_file) {
+                    let Ok(rd) = fs::read_dir(&file) else {
+                        continue;
+                    };
+                    for ent in rd.flatten() {
+                        let Ok(meta) = ent.metadata() else { continue };
+                        if !meta.is_file() {
+                            continue;
+                        }
+                        let name = ent.file_name();
+                        let Some(name) = name.to_str() else { continue };
+                        let own = OwnFile {
+                            mtime: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+                            len: meta.len(),
+                            path: ent.path(),
+                        };
+                        if is_temp(name) {
+                            temps.push(own);
+                        } else if is_number(name) || name == "whole" {
+                            files.push(own);
+                        }
+                    }
+                }
+            }
+        }
+        (files, temps)
     }
 
     /// Removes the least recently used blocks until the directory holds at most
@@ -295,41 +588,26 @@ impl Cache {
         let Ok(_one) = self.evicting.try_lock() else {
             return;
         };
-        let mut files = Vec::new();
-        let mut total = 0u64;
         let now = SystemTime::now();
-        let mut stack = vec![self.dir.clone()];
-        while let Some(d) = stack.pop() {
-            let Ok(rd) = fs::read_dir(&d) else { continue };
-            for ent in rd.flatten() {
-                let Ok(meta) = ent.metadata() else { continue };
-                let path = ent.path();
-                if meta.is_dir() {
-                    stack.push(path);
-                    continue;
-                }
-                let mtime = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-                let is_temp = ent.file_name().to_string_lossy().starts_with(".tmp-");
-                if is_temp {
-                    if now.duration_since(mtime).is_ok_and(|age| age > STALE_TEMP) {
-                        let _ = fs::remove_file(&path);
-                    }
-                    continue;
-                }
-                total += meta.len();
-                files.push((mtime, meta.len(), path));
+        let (mut files, temps) = self.own_files();
+        for t in temps {
+            if now
+                .duration_since(t.mtime)
+                .is_ok_and(|age| age > STALE_TEMP)
+            {
+                let _ = fs::remove_file(&t.path);
             }
         }
+        let mut total = files.iter().fold(0u64, |n, f| n.saturating_add(f.len));
         if total > self.max_bytes {
-            self.unmap_all();
-            files.sort_unstable_by_key(|(t, _, _)| *t);
+            files.sort_unstable_by_key(|f| f.mtime);
             let target = self.max_bytes / 10 * 9;
-            for (_, len, path) in files {
+            for f in files {
                 if total <= target {
                     break;
                 }
-                if fs::remove_file(&path).is_ok() {
-                    total -= len;
+                if fs::remove_file(&f.path).is_ok() {
+                    total = total.saturating_sub(f.len);
                 }
             }
         }
@@ -337,62 +615,32 @@ impl Cache {
     }
 }
 
+impl Drop for Cache {
+    fn drop(&mut self) {
+        let kept = self.kept.get_mut().unwrap_or_else(|e| e.into_inner());
+        let n: u64 = kept.values().map(|k| k.bytes.len() as u64).sum();
+        KEPT.fetch_sub(n, Ordering::Relaxed);
+    }
+}
+
+/// A file of the cache's own, as eviction found it.
+struct OwnFile {
+    mtime: SystemTime,
+    len: u64,
+    path: PathBuf,
+}
+
+/// `ranges` (offsets in the file) of `bytes`, which hold the file from `at`.
+fn slices(bytes: &Bytes, at: u64, ranges: &[Range<u64>]) -> Vec<Bytes> {
+    ranges
+        .iter()
+        .map(|r| bytes.slice((r.start - at) as usize..(r.end - at) as usize))
+        .collect()
+}
+
 /// Numbers temporary names, so that two writers of one process never share one.
 static TEMP_SEQ: AtomicU64 = AtomicU64::new(0);
 
 #[cfg(test)]
 #[allow(clippy::single_range_in_vec_init)] // one range is a case to test
-mod tests {
-    use super::*;
-
-    #[test]
-    fn blocks_round_trip_and_a_wrong_length_is_a_miss() {
-        let d = tempfile::tempdir().unwrap();
-        let c = Cache::open(d.path(), 1 << 20, 16).unwrap();
-        c.put(7, "data-000.bin", 3, b"0123456789abcdef");
-        assert_eq!(
-            c.read(7, "data-000.bin", 3, 16, &[0..16, 5..9, 2..2]),
-            Some(vec![
-                Bytes::from_static(b"0123456789abcdef"),
-                Bytes::from_static(b"5678"),
-                Bytes::new()
-            ])
-        );
-        assert!(
-            c.read(7, "data-000.bin", 3, 16, &[0..1, 9..17]).is_none(),
-            "past the block"
-        );
-        assert!(
-            c.read(8, "data-000.bin", 3, 16, &[0..16]).is_none(),
-            "another store"
-        );
-        assert!(
-            c.read(7, "data-000.bin", 3, 15, &[0..15]).is_none(),
-            "another length"
-        );
-        assert!(
-            c.read(7, "data-000.bin", 3, 16, &[0..16]).is_none(),
-            "the bad block is gone"
-        );
-    }
-
-    #[test]
-    fn eviction_keeps_the_directory_under_its_limit_oldest_first() {
-        let d = tempfile::tempdir().unwrap();
-        let c = Cache::open(d.path(), 100, 10).unwrap();
-        for b in 0..10u64 {
-            c.put(1, "data-000.bin", b, &[b as u8; 10]);
-            let old = SystemTime::now() - Duration::from_secs(1000 - b);
-            let f = fs::File::options()
-                .write(true)
-                .open(c.block_path(1, "data-000.bin", b))
-                .unwrap();
-            f.set_modified(old).unwrap();
-        }
-        c.put(1, "data-000.bin", 10, &[10; 10]);
-        let left: Vec<u64> = (0..11)
-            .filter(|&b| c.read(1, "data-000.bin", b, 10, &[0..10]).is_some())
-            .collect();
-        assert_eq!(left, (2..11).collect::<Vec<_>>());
-    }
-}
+mod tests;

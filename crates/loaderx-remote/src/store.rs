@@ -651,7 +651,7 @@ async fn small(
     if let Some(c) = cache {
         if let Some(b) = c.get_small(store, name, size) {
             if xxh3_64(&b) == sum {
-                return Ok(b.to_vec());
+                return Ok(b);
             }
             c.remove_small(store, name);
         }
