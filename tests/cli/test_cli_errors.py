@@ -2,6 +2,8 @@
 (exit 2), a source or store that cannot be used is one line naming it (exit 1)."""
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -101,3 +103,42 @@ def test_no_store_is_made_inside_a_store(tmp_path, capsys):
     assert (status, out) == (1, "")
     assert "a published store, which never changes" in err
     assert sorted(os.listdir(part)) == before
+
+
+def test_paths_of_undecodable_bytes_are_paths_printed_as_their_bytes(tmp_path):
+    # argparse gives such bytes as surrogates, which made `info` raise
+    # UnicodeEncodeError; printing one would fail on a strict stdout.
+    odd = os.fsencode(tmp_path) + b"/\xff"
+    make_store(os.fsdecode(odd))
+    env = {**os.environ, "LC_ALL": "C.UTF-8", "PYTHONIOENCODING": "utf-8"}
+
+    def cli(*argv):
+        done = subprocess.run(
+            [sys.executable, "-m", "loaderx", *argv], capture_output=True, env=env, timeout=120
+        )
+        assert b"Traceback" not in done.stderr, done.stderr
+        return done.returncode, done.stdout, done.stderr
+
+    status, out, err = cli("verify", "--quiet", odd, odd + b"-gone")
+    assert status == 1 and out.startswith(odd + b": 3 records intact")
+    assert err == b"error: " + odd + b"-gone: no such store\n"
+    status, out, err = cli("info", odd + b"-gone")
+    assert (status, out, err) == (1, b"", b"error: " + odd + b"-gone: no such store\n")
+    status, out, err = cli("info", odd)
+    assert status == 0 and out.startswith(odd + b": Dense int16"), out
+
+
+def test_output_closed_early_ends_quietly(tmp_path):
+    # `loaderx info ROOT | head` printed a BrokenPipeError traceback.
+    store = make_store(tmp_path / "s")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loaderx", "info", *[store] * 5000],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith(store.encode() + b": Dense int16")
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 1
+    assert err == b""

@@ -36,7 +36,7 @@ def test_allocate_exact_aligned_exclusive():
     assert a.allocate(100).address == addr  # released regions are reused
     with pytest.raises(ValueError, match="nbytes must be >= 0"):
         a.allocate(-1)
-    for huge in (2**64 - 1, 11 * 2**60):  # sizes no allocation can have
+    for huge in (2**64 - 1, 11 * 2**60, 2**64, 2**70):  # sizes no allocation can have
         with pytest.raises(ValueError, match="too large"):
             a.allocate(huge)
     a.close()

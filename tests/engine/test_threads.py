@@ -34,7 +34,7 @@ def test_set_threads_changes_the_count_of_later_calls(tmp_path, restore_threads)
 
 
 def test_set_threads_refuses_what_is_no_thread_count(restore_threads):
-    for n in (0, -1, 1025):
+    for n in (0, -1, 1025, 2**63, 2**70):  # the last two were an OverflowError
         with pytest.raises(InvalidArgumentError) as e:
             loaderx.set_threads(n)
         assert str(e.value) == f"the thread count must be in 1..=1024, got {n}"

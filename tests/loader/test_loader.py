@@ -152,8 +152,12 @@ def test_construction_errors(streams):
         Loader({"label": [lab]}, Strided(4), prefetch=0)
     with pytest.raises(TypeError, match="prefetch must be an integer"):
         Loader({"label": [lab]}, Strided(4), prefetch=2.0)
-    with pytest.raises(ValueError, match="workers must be >= 0, got -1"):
+    with pytest.raises(ValueError, match=r"workers must be in 0..1024, got -1"):
         Loader({"label": [lab]}, Strided(4), workers=-1)
+    # A count no machine runs is refused, not started thread by thread.
+    with pytest.raises(ValueError, match=r"workers must be in 0..1024, got 1180591620717411303424"):
+        Loader({"label": [lab]}, Strided(4), workers=2**70)
+    assert Loader({"label": [lab]}, Strided(4), workers=1024).workers == 1024
     with pytest.raises(TypeError, match="transform must be callable"):
         Loader({"label": [lab]}, Strided(4), transform=3)
     with pytest.raises(TypeError, match="sampler must have a next"):

@@ -1,6 +1,6 @@
 """file:// stores: a FIFO or a directory where a store file should be is refused
-at once, as a local store refuses it; a URL naming no store is refused; client
-durations take seconds."""
+at once, as a local store refuses it; client durations take seconds; Cache
+limits and text that is not Unicode are refused naming them."""
 
 import os
 
@@ -10,8 +10,8 @@ from fifo_unblock import Unblock
 from remote_servers import HTTP_STORAGE_OPTIONS, RangeServer
 
 from loaderx import _native
-from loaderx.errors import InvalidArgumentError, ZrecordError
-from loaderx.zrecord import Cache, Dense
+from loaderx.errors import InvalidArgumentError, StoreNotFoundError, ZrecordError
+from loaderx.zrecord import Cache, Dense, upload
 
 
 def make_store(path):
@@ -99,3 +99,27 @@ def test_cache_limits_beyond_64_bits_are_refused_by_cache(
     assert str(e.value) == message
     assert Cache(tmp_path / "c", max_bytes=2**64 - 1).max_bytes == 2**64 - 1
     assert os.listdir(tmp_path) == []
+
+
+def test_text_that_is_not_unicode_is_refused_naming_it(tmp_path):
+    # Each was a UnicodeEncodeError from the bindings.
+    store = make_store(tmp_path / "s")
+    with pytest.raises(InvalidArgumentError) as e:
+        Dense.open("s3://bucket/\udcffkey")
+    assert str(e.value) == (
+        "'s3://bucket/\\udcffkey': a URL is text, and this one holds a lone surrogate at "
+        "position 12"
+    )
+    with pytest.raises(InvalidArgumentError, match="a URL is text"):
+        upload(store, "file:///tmp/\udcffx")
+    with pytest.raises(InvalidArgumentError) as e:
+        Dense.open(store.as_uri(), storage_options={"region": "\udcff"})
+    assert str(e.value) == "storage option region holds a lone surrogate, which UTF-8 cannot encode"
+    # A local path of undecodable bytes is a path like any other.
+    with pytest.raises(StoreNotFoundError):
+        Dense.open(tmp_path / "\udcff")
+    odd = tmp_path / "\udcfe"
+    make_store(odd)
+    with Dense.open(odd) as r:
+        assert np.from_dlpack(r[:]).tolist() == list(range(10))
+    assert sorted(os.listdir(os.fsencode(tmp_path))) == [b"s", b"\xfe"]

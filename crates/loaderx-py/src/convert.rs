@@ -100,7 +100,11 @@ pub fn storage_options(options: &Bound<'_, PyAny>) -> PyResult<Vec<(String, Opti
             } else if v.is_instance_of::<PyFloat>() {
                 OptionValue::Float(v.extract()?)
             } else if v.is_instance_of::<PyString>() {
-                OptionValue::Str(v.extract()?)
+                OptionValue::Str(v.extract().map_err(|_| {
+                    invalid_argument(format!(
+                        "storage option {key} holds a lone surrogate, which UTF-8 cannot encode"
+                    ))
+                })?)
             } else {
                 return Err(wrong_type(format!(
                     "storage option {key:?} must be a str, bool, int or float, got {}",

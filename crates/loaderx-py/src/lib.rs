@@ -101,9 +101,10 @@ fn data_file_name(i: u8) -> String {
 /// Sets how many threads work on one gather, write or verify, the caller
 /// included, from the next call on (see `loaderx_gather::threads::set_threads`).
 #[pyfunction]
-fn set_threads(n: i64) -> PyResult<()> {
+fn set_threads(n: &Bound<'_, PyAny>) -> PyResult<()> {
     let max = loaderx_gather::threads::MAX_THREADS;
-    let n = usize::try_from(n).map_err(|_| {
+    // Any integer, however large, is refused in the one message.
+    let n = n.extract::<usize>().map_err(|_| {
         errors::invalid_argument(format!("the thread count must be in 1..={max}, got {n}"))
     })?;
     loaderx_gather::threads::set_threads(n).py_err()

@@ -10,7 +10,7 @@ use loaderx_gather::{Allocator, Begun, Block, RecordSource, Records};
 use loaderx_remote::{Cache, RemoteStore};
 use numpy::PyArray1;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyString};
 use zrecord::{Kind, RaggedLayout, ReadOptions, Store, StoreInfo};
 
 use crate::allocator::PyAllocator;
@@ -356,10 +356,12 @@ pub fn upload(
         .py_err()
 }
 
-/// Whether `path` is a URL of a remote store rather than a local path.
+/// Whether `path` is a URL of a remote store rather than a local path. A str
+/// that is not Unicode text (with lone surrogates, as Python holds undecodable
+/// bytes) is judged by its text, so that its caller, not this, refuses it.
 #[pyfunction]
-pub fn is_url(path: &str) -> bool {
-    loaderx_remote::is_url(path)
+pub fn is_url(path: &Bound<'_, PyString>) -> bool {
+    loaderx_remote::is_url(&path.to_string_lossy())
 }
 
 /// The exception for a position outside `0..len`, worded as the core words it.

@@ -85,7 +85,13 @@ def error_line(path: str, e: BaseException) -> str:
     """What a command prints for a store or source that failed: ``error: PATH:``
     and the message, the path once when the message starts with it."""
     text = error_text(e)
-    return f"error: {text}" if text.startswith(f"{path}:") else f"error: {path}: {text}"
+    # The native side writes a path of undecodable bytes with replacement
+    # characters; the path as given takes its place.
+    shown = os.fsencode(path).decode("utf-8", "replace")
+    for prefix in (f"{path}:", f"{shown}:"):
+        if text.startswith(prefix):
+            return f"error: {path}:{text[len(prefix) :]}"
+    return f"error: {path}: {text}"
 
 
 def failure(path: str, e: BaseException) -> dict[str, Any]:

@@ -59,7 +59,10 @@ class PooledAllocator(_Base):
     def allocate(self, nbytes: int) -> PooledAllocation:
         if self.closed:
             raise InvalidArgumentError("the allocator is closed")
-        return PooledAllocation(self._pool.allocate(check_int(nbytes, "nbytes", 0)))
+        n = check_int(nbytes, "nbytes", 0)
+        if n >= 2**64:  # the native side refuses sizes too large for memory, up to here
+            raise InvalidArgumentError(f"nbytes {n} is too large for any allocation")
+        return PooledAllocation(self._pool.allocate(n))
 
     @property
     def idle_limit(self) -> int:

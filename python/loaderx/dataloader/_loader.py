@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Generic, NoReturn, TypeVar, overload
 
+from .. import _native
 from .._schema import check_int
 from ..errors import InvalidArgumentError
 from ..protocols import IndexSampler, Reader, SeekableSampler, SizedSampler
@@ -14,6 +15,9 @@ from ._process import exact_int, resolve_process, split_description
 from ._rng import MAX_SEED, StepInfo
 from ._state import STATE_VERSION, State, as_mapping, check_depth, plain, sampler_key
 from ._streams import Streams
+
+#: The most worker threads a Loader starts.
+MAX_WORKERS: int = _native.MAX_THREADS
 
 B = TypeVar("B")  # what one reader's gather returns
 T = TypeVar("T")  # what the consumer receives per step
@@ -229,7 +233,9 @@ class Loader(Generic[B, T]):
             )
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable, got {type(transform).__name__}")
-        w = check_int(workers, "workers", 0)
+        # Threads, each started by the first next(): bounded as the native pool is,
+        # so that a mistyped count is refused rather than started.
+        w = check_int(workers, "workers", 0, MAX_WORKERS)
         p = check_int(prefetch, "prefetch", 1)
         s = check_int(seed, "seed", 0, MAX_SEED)
         self._pipeline = Pipeline(checked, sampler, transform, w, p, s, process[:2])

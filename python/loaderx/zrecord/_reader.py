@@ -19,7 +19,7 @@ from .. import progress as _progress
 from .._schema import check_int, decode_attrs, fspath, numpy_dtype
 from ..errors import InvalidArgumentError, ZrecordError
 from ._keys import positions
-from ._remote import Cache, Remote, cache_arg, option_pairs
+from ._remote import Cache, Remote, cache_arg, option_pairs, url_text
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -105,7 +105,7 @@ def open_native(
     if not isinstance(checked, bool):
         raise TypeError(f"checked must be a bool, got {type(checked).__name__}")
     if _native.is_url(p):
-        remote = Remote(p, option_pairs(options), cache_arg(cache))
+        remote = Remote(url_text(p), option_pairs(options), cache_arg(cache))
         return remote.open(), p, remote
     if options is not None or cache is not None:
         raise InvalidArgumentError(

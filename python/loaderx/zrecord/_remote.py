@@ -9,6 +9,7 @@ from typing import NamedTuple, cast
 
 from .. import _native
 from .._schema import check_int, fspath
+from ..errors import InvalidArgumentError
 from ._options import StorageOptions
 
 __all__ = ["Cache", "StorageOptions"]
@@ -56,6 +57,18 @@ class Remote(NamedTuple):
         if c is None:
             return _native.Store.open_url(self.url, options)
         return _native.Store.open_url(self.url, options, c.path, c.max_bytes, c.block_bytes)
+
+
+def url_text(url: str) -> str:
+    """`url`, once checked to be text: a str holding a lone surrogate (how Python
+    keeps undecodable bytes) names no object."""
+    try:
+        url.encode()
+    except UnicodeEncodeError as e:
+        raise InvalidArgumentError(
+            f"{url!r}: a URL is text, and this one holds a lone surrogate at position {e.start}"
+        ) from None
+    return url
 
 
 def native_options(options: tuple[tuple[str, OptionValue], ...]) -> dict[str, OptionValue]:

@@ -15,7 +15,7 @@ from ..errors import InvalidArgumentError, ZrecordError
 from ._dense import Dense
 from ._ragged import Ragged
 from ._reader import open_native
-from ._remote import Cache, native_options, option_pairs
+from ._remote import Cache, native_options, option_pairs, url_text
 
 if TYPE_CHECKING:
     from ..progress import ProgressArg
@@ -171,4 +171,4 @@ def upload(
         raise InvalidArgumentError(f"upload needs a store URL (s3://, gs://, ...), got {url!r}")
     if not isinstance(overwrite, bool):
         raise TypeError(f"overwrite must be a bool, got {type(overwrite).__name__}")
-    _native.upload(local, url, native_options(option_pairs(storage_options)), overwrite)
+    _native.upload(local, url_text(url), native_options(option_pairs(storage_options)), overwrite)
