@@ -222,6 +222,18 @@ def test_which_transforms_get_a_step_info(store):
         )
         assert t.__qualname__ in str(info.value)
 
+    class Callable3:
+        def __call__(self, shards, step, more):
+            return shards
+
+    with pytest.raises(TypeError) as info:
+        Loader({"x": [store]}, sampler(), transform=Callable3())
+    # A callable object is named by its type, not by its repr (an address).
+    assert str(info.value).startswith(
+        "transform 'test_which_transforms_get_a_step_info.<locals>.Callable3.__call__'(shards, "
+        "step, more) cannot be"
+    )
+
 
 def test_the_seed_is_checked_and_part_of_the_resume_state(store):
     with Loader({"x": [store]}, sampler(), workers=0, seed=U64_MAX) as a:

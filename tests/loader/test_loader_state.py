@@ -295,9 +295,10 @@ def test_a_custom_sampler_config_is_stored_as_json(stores):
 @pytest.mark.parametrize(
     "config,what",
     [
-        (("custom", 0.5), "float (0.5)"),
+        (("custom", 0.5), "a float (0.5)"),
         ({1: "a"}, None),
-        (("custom", object()), "object"),
+        (("custom", object()), "an object"),  # was "a object (<object object at 0x...>)"
+        (("custom", {1, 2}), "a set"),
     ],
 )
 def test_a_custom_sampler_config_that_is_not_json_is_a_type_error(stores, config, what):
@@ -308,10 +309,9 @@ def test_a_custom_sampler_config_that_is_not_json_is_a_type_error(stores, config
     if what is None:
         assert message == "the sampler's config() has the key 1; resume states use str keys only"
     else:
-        assert message.startswith(f"the sampler's config() holds a {what}")
-        assert message.endswith(
-            "; resume states hold only dict, list, str, int, bool and None, "
-            "so that they survive JSON"
+        assert message == (
+            f"the sampler's config() holds {what}; resume states hold only dict, list, str, "
+            "int, bool and None, so that they survive JSON"
         )
 
 
@@ -393,3 +393,12 @@ def test_a_state_nested_too_deep_is_refused_before_it_is_read(stores, where):
         # A state as state_dict() makes it still resumes.
         loader.load_state_dict({**loader.state_dict(), "step": 2})
         assert loader.state_dict()["step"] == 2
+
+
+def test_a_custom_sampler_config_nested_too_deep_is_refused(stores):
+    with Loader({"label": [stores["label"]]}, Configured(deep(5000)), workers=0) as loader:
+        with pytest.raises(ValueError) as info:
+            loader.state_dict()  # was a RecursionError
+    assert str(info.value) == (
+        "the sampler's config() nests dicts and lists more than 32 deep; a resume state holds it"
+    )

@@ -49,8 +49,13 @@ def takes_step(transform: Callable[..., object]) -> bool:
     try:
         sig.bind(None)
     except TypeError:
+        # A callable object has no __qualname__: its type's __call__ names it, not
+        # its repr.
+        name = getattr(transform, "__qualname__", None) or (
+            f"{type(transform).__qualname__}.__call__"
+        )
         raise TypeError(
-            f"transform {getattr(transform, '__qualname__', transform)!r}{sig} cannot be "
+            f"transform {name!r}{sig} cannot be "
             "called with the shard list alone, nor with the shard list and a StepInfo"
         ) from None
     return False

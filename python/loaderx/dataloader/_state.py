@@ -36,13 +36,17 @@ def plain(value: object, what: str) -> JSON:
                 raise TypeError(f"{what} has the key {k!r}; resume states use str keys only")
             out[k] = plain(v, what)
         return out
+    kind = type(value).__name__
+    # A number's value helps; any other object's repr is an address or anything.
+    shown = f" ({value!r})" if isinstance(value, numbers.Number) else ""
+    article = "an" if kind[:1].lower() in "aeiou" else "a"
     raise TypeError(
-        f"{what} holds a {type(value).__name__} ({value!r}); resume states hold only "
+        f"{what} holds {article} {kind}{shown}; resume states hold only "
         "dict, list, str, int, bool and None, so that they survive JSON"
     )
 
 
-def check_depth(value: object, what: str) -> None:
+def check_depth(value: object, what: str, why: str = "it was not made by state_dict()") -> None:
     """Refuses `value` if it nests dicts, lists or tuples more than
     MAX_STATE_DEPTH deep (a container inside itself does), without recursing."""
     stack: list[tuple[object, int]] = [(value, 0)]
@@ -56,8 +60,7 @@ def check_depth(value: object, what: str) -> None:
             continue
         if depth >= MAX_STATE_DEPTH:
             raise InvalidArgumentError(
-                f"{what} nests dicts and lists more than {MAX_STATE_DEPTH} deep; it was not "
-                "made by state_dict()"
+                f"{what} nests dicts and lists more than {MAX_STATE_DEPTH} deep; {why}"
             )
         stack.extend((c, depth + 1) for c in children)
 
@@ -66,7 +69,9 @@ def sampler_key(sampler: IndexSampler) -> JSON:
     """What identifies the sampler's sequence of batches, for refusing a resume
     state taken with another configuration."""
     if isinstance(sampler, ConfiguredSampler):
-        return plain(sampler.config(), "the sampler's config()")
+        config = sampler.config()
+        check_depth(config, "the sampler's config()", "a resume state holds it")
+        return plain(config, "the sampler's config()")
     return None
 
 
