@@ -17,8 +17,10 @@ import textwrap
 import numpy as np
 import pytest
 import xxhash
+from fifo_unblock import Unblock
 
 from loaderx.errors import LoaderxError
+from loaderx.utils import train_dict
 from loaderx.zrecord import Dense, Ragged, RaggedBatch, ZrecordError
 
 INDEX_BLOCK = 64 << 10
@@ -332,3 +334,21 @@ def test_a_file_truncated_under_an_open_reader_is_reported_by_verify(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert "data-000.bin: changed size while open" in out.stdout
+
+
+@pytest.mark.parametrize("name", ["dict.bin", "attrs.json"])
+def test_a_fifo_for_the_dictionary_or_the_attributes_is_refused_at_once(tmp_path, name):
+    rng = np.random.default_rng(1)
+    records = rng.integers(0, 8, (400, 64)).astype(np.uint8)
+    d = train_dict(records, size=1024)
+    with Dense.create(
+        tmp_path / "s", np.uint8, (64,), codec="zstd_dict", dict_bytes=d, attrs={"a": 1}
+    ) as w:
+        w.append(records)
+    victim = tmp_path / "s" / name
+    victim.unlink()
+    os.mkfifo(victim)
+    with Unblock(victim) as u, pytest.raises(ZrecordError) as e:
+        Dense.open(tmp_path / "s")
+    assert not u.unblocked and u.elapsed < 5
+    assert str(e.value).startswith(f"{victim}: the ") and "is not a regular file" in str(e.value)
