@@ -111,7 +111,7 @@ def test_text_that_is_not_unicode_is_refused_naming_it(tmp_path):
         "position 12"
     )
     with pytest.raises(InvalidArgumentError, match="a URL is text"):
-        upload(store, "file:///tmp/\udcffx")
+        upload(store, "file:///nowhere/\udcffx")
     with pytest.raises(InvalidArgumentError) as e:
         Dense.open(store.as_uri(), storage_options={"region": "\udcff"})
     assert str(e.value) == "storage option region holds a lone surrogate, which UTF-8 cannot encode"
