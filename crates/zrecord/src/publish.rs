@@ -507,10 +507,11 @@ fn rename_no_replace(from: &Path, to: &Path) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn names(dir: &Path) -> Vec<String> {
+    /// The sorted names in `dir`, for tests of what a step left behind.
+    pub(crate) fn names(dir: &Path) -> Vec<String> {
         let mut v: Vec<String> = fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

@@ -563,15 +563,7 @@ mod tests {
     use crate::codec::Codec;
     use crate::dtype::DType;
     use crate::parallel::Sequential;
-
-    fn names(dir: &Path) -> Vec<String> {
-        let mut v: Vec<String> = fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        v.sort();
-        v
-    }
+    use crate::publish::tests::names;
 
     #[test]
     fn a_refused_destination_creates_nothing() {
