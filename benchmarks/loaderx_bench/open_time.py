@@ -64,15 +64,19 @@ def as_version_1(src: Path, dst: Path) -> None:
     header without the version 2 fields."""
     import xxhash
 
+    from loaderx import _native
+
     dst.mkdir()
+    kept = {_native.INDEX_FILE} | {_native.data_file_name(i) for i in range(256)}
     for f in src.iterdir():
-        if f.name.startswith("data-") or f.name == "index.bin":
+        if f.name in kept:
             os.link(f, dst / f.name)
-    head = (src / "header.bin").read_bytes()[:-8]
+    head = (src / _native.HEADER_FILE).read_bytes()[:-8]
     body = bytearray(head[:64] + head[88:])
     struct.pack_into("<I", body, 8, 1)
     body = bytes(body)
-    (dst / "header.bin").write_bytes(body + struct.pack("<Q", xxhash.xxh3_64_intdigest(body)))
+    check = struct.pack("<Q", xxhash.xxh3_64_intdigest(body))
+    (dst / _native.HEADER_FILE).write_bytes(body + check)
 
 
 def worker(kind: str, path: str) -> None:
@@ -120,6 +124,8 @@ def main(argv: list[str]) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from loaderx import _native
+
     print(f"Machine: {machine()}")
     print(f"Checkout: {checkout()}")
     print(f"Load average at start: {load_average()}")
@@ -136,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
                 built = time.perf_counter() - t
                 old = root / f"{kind}-{n}-v1"
                 as_version_1(store, old)
-                index_mib = (store / "index.bin").stat().st_size / 2**20
+                index_mib = (store / _native.INDEX_FILE).stat().st_size / 2**20
                 for path, label in ((store, "2"), (old, "1")):
                     r = run_worker(sys.executable, ["-m", __name__, "--worker", kind, str(path)])
                     if r["version"] != int(label):
