@@ -1,4 +1,4 @@
-"""The stateless, step-based samplers: Sampler and MixtureSampler.
+"""The stateless, step-based samplers: Sampler, MixtureSampler and WindowedSampler.
 
 Every batch is a pure function of ``(length, batch_size, mode, seed, step)``: a run
 resumes at any step in O(1) with :meth:`Sampler.seek`, and the same arguments give
@@ -12,6 +12,10 @@ Copy a batch (``batch.copy()``) only if it must outlive the next draw.
 :class:`MixtureSampler` draws each batch from several position ranges in given
 proportions, with the same contract; its algorithm is in ``docs/loader.md``,
 section "Mixtures".
+
+:class:`WindowedSampler` shuffles a store's records a window of about
+``window_bytes`` at a time, so that a pass reads each block of the store about
+once; its algorithm is in ``docs/sampler.md``, section "WINDOWED".
 """
 
 from __future__ import annotations
@@ -21,23 +25,14 @@ from collections.abc import Sequence
 from typing import SupportsFloat, SupportsIndex
 
 from loaderx import _native
+from loaderx._steps import restore_step
+from loaderx._windowed import WindowedSampler
 from loaderx.errors import InvalidArgumentError
 
-__all__ = ["MixtureSampler", "Sampler"]
+__all__ = ["MixtureSampler", "Sampler", "WindowedSampler"]
 
-_LAST_STEP: int = _native.SAMPLER_LAST_STEP
 # Each mode's code, as the native kernels number them.
 _MODE_CODE = {name: code for code, name in enumerate(_native.SAMPLER_MODES)}
-
-
-def _restore_step(sampler: _native.Sampler | _native.MixtureSampler, step: int) -> None:
-    """Puts an unpickled sampler at `step`, its pickled next step; one past the
-    last step means the last step was drawn, a condition only a draw restores."""
-    if step > _LAST_STEP:
-        sampler.seek(_LAST_STEP)
-        sampler.next()
-    else:
-        sampler.seek(step)
 
 
 class Sampler(_native.Sampler):
@@ -110,7 +105,7 @@ class Sampler(_native.Sampler):
         return (type(self), (length, batch_size, Sampler.Mode(mode), seed), step)
 
     def __setstate__(self, step: int) -> None:
-        _restore_step(self, step)
+        restore_step(self, step)
 
 
 class MixtureSampler(_native.MixtureSampler):
@@ -226,7 +221,7 @@ class MixtureSampler(_native.MixtureSampler):
         )
 
     def __setstate__(self, step: int) -> None:
-        _restore_step(self, step)
+        restore_step(self, step)
 
     def __repr__(self) -> str:
         ranges, weights, batch_size, modes, seed, step = self._state()

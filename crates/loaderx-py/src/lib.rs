@@ -15,6 +15,7 @@ mod errors;
 mod publish;
 mod sampler;
 mod store;
+mod windowed;
 mod writer;
 
 /// The rules and limits the Python package checks arguments against, defined
@@ -71,6 +72,10 @@ fn constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
         )?,
     )?;
     m.add("SAMPLER_LAST_STEP", loaderx_sampler::LAST_STEP)?;
+    m.add(
+        "DEFAULT_WINDOW_BYTES",
+        loaderx_sampler::windowed::DEFAULT_WINDOW_BYTES,
+    )?;
     m.add(
         "LOADERX_STORAGE_OPTIONS",
         PyTuple::new(py, loaderx_remote::LOADERX_OPTIONS)?,
@@ -140,5 +145,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_threads, m)?)?;
     m.add_function(wrap_pyfunction!(thread_count, m)?)?;
     sampler::register(m)?;
+    windowed::register(m)?;
     Ok(())
 }

@@ -24,7 +24,7 @@ const DETACH_FROM: usize = 65_536;
 /// NumPy array. That array does not own its data, so NumPy refuses to resize it,
 /// and the sampler holds the array for its whole life: the region never moves and
 /// is never freed while the sampler exists.
-struct Region {
+pub(crate) struct Region {
     ptr: NonNull<u64>,
     len: usize,
 }
@@ -54,7 +54,7 @@ pub struct PySampler {
 
 /// An integer argument in `min..=u64::MAX`: any object with `__index__` except
 /// `bool`, with errors that name the argument.
-fn int_arg(obj: &Bound<'_, PyAny>, name: &str, min: u64) -> PyResult<u64> {
+pub(crate) fn int_arg(obj: &Bound<'_, PyAny>, name: &str, min: u64) -> PyResult<u64> {
     if obj.is_instance_of::<PyBool>() {
         return Err(wrong_type(format!("{name} must be an integer, not bool")));
     }
@@ -88,7 +88,7 @@ fn mode_arg(obj: &Bound<'_, PyAny>) -> PyResult<Mode> {
 }
 
 /// The zeroed output buffer of `batch` indices as a NumPy array, and its memory.
-fn output(py: Python<'_>, batch: usize) -> PyResult<(Py<PyArray1<u64>>, Region)> {
+pub(crate) fn output(py: Python<'_>, batch: usize) -> PyResult<(Py<PyArray1<u64>>, Region)> {
     let mut buf: Vec<u64> = Vec::new();
     buf.try_reserve_exact(batch).map_err(|_| {
         out_of_memory(format!(
@@ -104,7 +104,7 @@ fn output(py: Python<'_>, batch: usize) -> PyResult<(Py<PyArray1<u64>>, Region)>
 
 /// Fills `region` with the batch of `*next_step` by `fill` (with the GIL released
 /// for large batches), advances the step, and returns the cached array.
-fn draw<'py, F>(
+pub(crate) fn draw<'py, F>(
     py: Python<'py>,
     next_step: &mut u128,
     region: &mut Region,

@@ -21,7 +21,9 @@
 #![deny(missing_docs)]
 
 pub mod mixture;
+pub mod windowed;
 pub use mixture::{Mixture, Weight};
+pub use windowed::Windowed;
 
 /// An argument outside the sampler's contract; the message says which and why.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -113,6 +115,13 @@ pub fn reduce(u: u64, n: u64) -> u64 {
     ((u as u128 * n as u128) >> 64) as u64
 }
 
+/// Key number `index` of the stream `tag` of `seed`:
+/// `mix64(mix64(seed ^ tag) + (index + 1) * GAMMA)` (CYCLIC's cycle keys).
+#[inline]
+pub fn stream_key(seed: u64, tag: u64, index: u64) -> u64 {
+    mix64(mix64(seed ^ tag).wrapping_add(index.wrapping_add(1).wrapping_mul(GAMMA)))
+}
+
 /// The keyed bijection of `[0, length)` used by one CYCLIC cycle.
 #[derive(Clone, Debug)]
 pub struct Feistel {
@@ -132,12 +141,17 @@ pub fn half_bits(length: u64) -> u32 {
 impl Feistel {
     /// The permutation of cycle `cycle` for `seed`. `length` must be at least 1.
     pub fn new(length: u64, seed: u64, cycle: u64) -> Result<Feistel> {
+        Feistel::keyed(length, stream_key(seed, TAG_CYCLIC, cycle))
+    }
+
+    /// The permutation whose round keys derive from `cycle_key`: round
+    /// `r` is keyed by `low32(mix64(key + (r + 1) * GAMMA))`. `length` must be at
+    /// least 1.
+    pub fn keyed(length: u64, cycle_key: u64) -> Result<Feistel> {
         if length == 0 {
             return Err(Error("length must be at least 1".into()));
         }
         let h = half_bits(length);
-        let cycle_key =
-            mix64(mix64(seed ^ TAG_CYCLIC).wrapping_add(cycle.wrapping_add(1).wrapping_mul(GAMMA)));
         let mut keys = [0u32; FEISTEL_ROUNDS];
         for (r, k) in keys.iter_mut().enumerate() {
             *k = mix64(cycle_key.wrapping_add((r as u64 + 1).wrapping_mul(GAMMA))) as u32;
