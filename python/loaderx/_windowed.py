@@ -44,9 +44,7 @@ def _store_sizes(reader: object) -> tuple[int, int]:
         raise InvalidArgumentError("reader must hold at least 1 record, it holds 0")
     sizes = list(reader.data_file_sizes)
     if not all(isinstance(s, numbers.Integral) and int(s) >= 0 for s in sizes):
-        raise InvalidArgumentError(
-            f"reader's data_file_sizes must be integers >= 0, got {sizes!r}"
-        )
+        raise InvalidArgumentError(f"reader's data_file_sizes must be integers >= 0, got {sizes!r}")
     return length, sum(int(s) for s in sizes)
 
 
@@ -165,5 +163,10 @@ def _rebuild(
     seed: int,
 ) -> WindowedSampler:
     return cls.from_sizes(
-        length, data_bytes, batch_size, seed=seed, window_bytes=window_bytes, block_bytes=block_bytes
+        length,
+        data_bytes,
+        batch_size,
+        seed=seed,
+        window_bytes=window_bytes,
+        block_bytes=block_bytes,
     )

@@ -1,7 +1,8 @@
 """Data-parallel loading in real OS processes: groups of 2 and 4 processes joined
 through torch.distributed (gloo) or JAX's distributed runtime on CPU, each
 building a Loader that takes its rank and world size from the runtime. The two
-groups run side by side and each resumes from the state the other saved.
+groups run side by side and each resumes from the state the other saved; the
+torch groups run again with a WindowedSampler.
 tests/support/multiprocess_loader.py is the child process."""
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(runtime: str, root: Path) -> dict[tuple[int, int], dict[str, Any]]:
+def launch(runtime: str, root: Path, kind: str) -> dict[tuple[int, int], dict[str, Any]]:
     """Runs both groups; returns each process's output by (world, rank)."""
     env = dict(os.environ)
     # The children import the loaderx this test imported, and run one thread each.
@@ -46,7 +47,7 @@ def launch(runtime: str, root: Path) -> dict[tuple[int, int], dict[str, Any]]:
             for rank in range(world):
                 log = root / f"{world}-{rank}.log"
                 with open(log, "wb") as err:
-                    args = [runtime, rank, world, port, root, peer]
+                    args = [runtime, rank, world, port, root, peer, kind]
                     p = subprocess.Popen(
                         [sys.executable, str(HELPER), *map(str, args)],
                         env=env,
@@ -77,11 +78,11 @@ def launch(runtime: str, root: Path) -> dict[tuple[int, int], dict[str, Any]]:
     }
 
 
-def run_groups(runtime: str, tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp(f"dp-{runtime}")
+def run_groups(runtime: str, tmp_path_factory: pytest.TempPathFactory, kind: str = "cyclic"):
+    root = tmp_path_factory.mktemp(f"dp-{runtime}-{kind}")
     child.make_stores(root)
-    want = child.single_process(root, max(child.STEPS, max(GROUPS) + child.RESUMED))
-    return launch(runtime, root), want
+    want = child.single_process(root, max(child.STEPS, max(GROUPS) + child.RESUMED), kind)
+    return launch(runtime, root, kind), want
 
 
 @pytest.fixture(scope="module")
@@ -96,12 +97,24 @@ def jax_runs(tmp_path_factory):
     return run_groups("jax", tmp_path_factory)
 
 
-RUNTIMES = pytest.mark.parametrize("runtime", ["torch", "jax"])
+@pytest.fixture(scope="module")
+def windowed_runs(tmp_path_factory):
+    """The torch groups with a WindowedSampler instead of CYCLIC."""
+    pytest.importorskip("torch.distributed", reason="torch is not installed")
+    return run_groups("torch", tmp_path_factory, "windowed")
+
+
+RUNTIMES = pytest.mark.parametrize("runtime", ["torch", "jax", "windowed"])
 
 
 @RUNTIMES
 def test_each_process_gathers_its_slice_of_every_global_batch(runtime, request):
     out, want = request.getfixturevalue(f"{runtime}_runs")
+    if runtime == "windowed":  # the windowed groups do draw their sampler's batches
+        direct = child.sampler("windowed")
+        assert [w["positions"].tolist() for w in want] == [
+            direct.next().tolist() for _ in range(len(want))
+        ]
     for world in GROUPS:
         assert [out[world, r]["found"] for r in range(world)] == [(r, world) for r in range(world)]
         child.same_steps([out[world, r]["steps"] for r in range(world)], want[: child.STEPS])

@@ -2,7 +2,7 @@
 
 Run as a script, this is one process of a data-parallel group:
 
-    python multiprocess_loader.py RUNTIME RANK WORLD PORT ROOT PEER
+    python multiprocess_loader.py RUNTIME RANK WORLD PORT ROOT PEER [SAMPLER]
 
 It joins the group through RUNTIME ("torch": a gloo process group, "jax": JAX's
 distributed runtime on CPU) at 127.0.0.1:PORT and builds a Loader without
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from loaderx.dataloader import Loader, StepInfo
-from loaderx.sampler import Sampler
+from loaderx.sampler import Sampler, WindowedSampler
 from loaderx.zrecord import Dense, Ragged, RaggedBatch
 
 RECORDS = 61
@@ -48,7 +48,13 @@ def make_stores(root: Path) -> None:
         w.append(RaggedBatch.from_records(records))
 
 
-def sampler() -> Sampler:
+def sampler(kind: str = "cyclic") -> Sampler | WindowedSampler:
+    """The group's sampler: CYCLIC, or ("windowed") a WindowedSampler of windows of
+    12 records (groups of 4), whose batches straddle its passes."""
+    if kind == "windowed":
+        return WindowedSampler.from_sizes(
+            RECORDS, RECORDS * 24, BATCH, seed=11, window_bytes=300, block_bytes=100
+        )
     return Sampler(RECORDS, BATCH, Sampler.Mode.CYCLIC, seed=11)
 
 
@@ -69,17 +75,17 @@ def record(shards: list[dict[str, Any]], step: StepInfo) -> dict[str, Any]:
     }
 
 
-def loader(root: Path, **process: int) -> Loader[Any, dict[str, Any]]:
+def loader(root: Path, kind: str = "cyclic", **process: int) -> Loader[Any, dict[str, Any]]:
     streams: dict[str, list[Any]] = {
         "x": [Dense.open(root / "x") for _ in range(BINDINGS)],
         "seq": [Ragged.open(root / "seq") for _ in range(BINDINGS)],
     }
-    return Loader(streams, sampler(), transform=record, workers=2, seed=SEED, **process)
+    return Loader(streams, sampler(kind), transform=record, workers=2, seed=SEED, **process)
 
 
-def single_process(root: Path, steps: int) -> list[dict[str, Any]]:
+def single_process(root: Path, steps: int, kind: str = "cyclic") -> list[dict[str, Any]]:
     """Steps 0..steps-1 of the whole global batch, gathered by one process."""
-    with loader(root, process_index=0, process_count=1) as ld:
+    with loader(root, kind, process_index=0, process_count=1) as ld:
         return [next(ld) for _ in range(steps)]
 
 
@@ -149,7 +155,8 @@ def _check_jax_arrays(root: Path, world: int) -> int:
 
 
 def main(argv: list[str]) -> None:
-    runtime, rank, world, port, root, peer = argv
+    runtime, rank, world, port, root, peer, *rest = argv
+    kind = rest[0] if rest else "cyclic"
     rank_i, world_i, peer_i = int(rank), int(world), int(peer)
     where = Path(root)
     if runtime == "torch":
@@ -165,7 +172,7 @@ def main(argv: list[str]) -> None:
             coordinator_address=f"127.0.0.1:{port}", num_processes=world_i, process_id=rank_i
         )
     out: dict[str, Any] = {"pid": os.getpid()}
-    with loader(where) as ld:
+    with loader(where, kind) as ld:
         out["found"] = (ld.process_index, ld.process_count)
         # Each group saves at another step, so a resume from the peer's state
         # cannot pass by continuing from its own.
@@ -183,7 +190,7 @@ def main(argv: list[str]) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"no {state_file} after {WAIT} s")
         time.sleep(0.05)
-    with loader(where) as ld:
+    with loader(where, kind) as ld:
         ld.load_state_dict(json.loads(state_file.read_text()))
         out["resumed"] = [next(ld) for _ in range(RESUMED)]
     _write(where / f"{world_i}-{rank_i}.pkl", pickle.dumps(out))
