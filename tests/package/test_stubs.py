@@ -364,6 +364,13 @@ def exercise_sampler(nat: Native) -> None:
     assert nat.call(m, "__next__").tolist() == [1, 2, 0, 1]
     nat.call(m, "seek", 5)
     assert nat.call(m, "_state") == ([(0, 3), (10, 12)], [1, 0], 4, [0, 1], 7, 5)
+    w = nat.call(_native.WindowedSampler, "__new__", 10, 100, 10, 30, 3, 0)
+    assert nat.call(w, "__iter__") is w
+    assert nat.call(w, "next").tolist() == [7, 8, 6]
+    assert nat.call(w, "__next__").tolist() == [2, 1, 0]
+    nat.call(w, "seek", 5)
+    assert nat.call(w, "_state") == (10, 100, 10, 30, 3, 0, 5)
+    assert nat.call(w, "_geometry") == (1, 3, 4)
 
 
 def exercise_functions(nat: Native, root: pathlib.Path) -> bytes:
@@ -491,6 +498,7 @@ def test_constants_have_their_annotated_types():
         "DEFAULT_IDLE_LIMIT", "DL_CPU", "DL_CUDA", "DL_ROCM", "MAX_THREADS", "SAMPLER_MODES",
         "SAMPLER_LAST_STEP", "LOADERX_STORAGE_OPTIONS", "DEFAULT_CACHE_BLOCK_BYTES",
         "DEFAULT_CACHE_MAX_BYTES", "DEFAULT_MAX_CONCURRENCY", "MAX_CONCURRENCY", "MAX_RETRIES",
+        "DEFAULT_WINDOW_BYTES",
     }  # fmt: skip
     for name, annotation in constants.items():
         assert mismatch(getattr(_native, name), annotation, STUB, None) == "", name
@@ -512,6 +520,7 @@ def test_the_rules_python_reads_from_the_native_module():
     assert _native.DICTIONARY_CODECS == ("zstd_dict",)
     assert _native.SAMPLER_MODES == ("SEQUENTIAL", "IID", "CYCLIC")
     assert _native.SAMPLER_LAST_STEP == 2**64 - 1
+    assert _native.DEFAULT_WINDOW_BYTES == 256 * 2**20
     assert _native.MAX_RAGGED_ELEMENTS == 2**31 - 1
     assert (_native.SIZES_STEP_RECORDS, _native.VERIFY_STEP_BYTES) == (2**20, 64 << 20)
     assert (_native.DL_CPU, _native.DL_CUDA, _native.DL_ROCM) == (1, 2, 10)
