@@ -16,20 +16,26 @@ section "Mixtures".
 :class:`WindowedSampler` shuffles a store's records a window of about
 ``window_bytes`` at a time, so that a pass reads each block of the store about
 once; its algorithm is in ``docs/sampler.md``, section "WINDOWED".
+
+:class:`PackingSampler` draws steps of token-budget packs of whole records from
+their lengths; its algorithm is in ``docs/sampler.md``, section "PackingSampler".
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from typing import SupportsFloat, SupportsIndex
+from typing import TYPE_CHECKING, SupportsFloat, SupportsIndex
 
 from loaderx import _native
 from loaderx._steps import restore_step
 from loaderx._windowed import WindowedSampler
 from loaderx.errors import InvalidArgumentError
 
-__all__ = ["MixtureSampler", "Sampler", "WindowedSampler"]
+__all__ = ["MixtureSampler", "PackingSampler", "Sampler", "WindowedSampler"]
+
+if TYPE_CHECKING:
+    from loaderx._packing_sampler import PackingSampler
 
 # Each mode's code, as the native kernels number them.
 _MODE_CODE = {name: code for code, name in enumerate(_native.SAMPLER_MODES)}
@@ -231,3 +237,13 @@ class MixtureSampler(_native.MixtureSampler):
             f"{type(self).__qualname__}(ranges={ranges!r}, weights={weights!r}, "
             f"batch_size={batch_size}, mode={mode}, seed={seed}) at step {step}"
         )
+
+
+def __getattr__(name: str) -> object:
+    # PackingSampler's module imports this one (for Sampler.Mode), so it is
+    # imported on first use rather than here.
+    if name == "PackingSampler":
+        from loaderx._packing_sampler import PackingSampler
+
+        return PackingSampler
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -307,6 +307,8 @@ def exercise_store(nat: Native, root: pathlib.Path, codec: str, dictionary: byte
     )
     parts = nat.call(values, "_split", cu, shapes)
     assert [np.from_dlpack(p).tolist() for p in parts] == [RECORDS[i].tolist() for i in (9, 1, 4)]
+    lengths = nat.call(ragged, "record_lengths", 2, 5)
+    assert lengths.dtype == np.uint64 and lengths.tolist() == [len(RECORDS[i]) for i in (2, 3, 4)]
     url = (root / "uploaded-ragged").as_uri()
     nat.call(_native, "upload", root / "ragged", url, {})
     remote = nat.call(_native.Store, "open_url", url, {})
@@ -371,6 +373,17 @@ def exercise_sampler(nat: Native) -> None:
     nat.call(w, "seek", 5)
     assert nat.call(w, "_state") == (10, 100, 10, 30, 3, 0, 5)
     assert nat.call(w, "_geometry") == (1, 3, 4)
+    lengths = np.array([3, 1, 4], dtype=np.uint64)
+    p = nat.call(_native.PackingSampler, "__new__", lengths, 4, 2, 0, 7, "truncate")
+    assert nat.call(p, "__iter__") is p
+    assert nat.call(p, "next").tolist() == [0, 1, 2]
+    assert nat.get(p, "pack_offsets").tolist() == [0, 2, 3]
+    assert nat.call(p, "__next__").tolist() == [0, 1, 2]
+    nat.call(p, "seek", 5)
+    state = nat.call(p, "_state")
+    assert state[0] == 3 and state[2:] == (4, 2, 0, 7, "truncate", 5)
+    assert nat.call(p, "_lengths").tolist() == [3, 1, 4]
+    assert nat.call(p, "_plan") == (2, 8, 2)
 
 
 def exercise_functions(nat: Native, root: pathlib.Path) -> bytes:
@@ -496,7 +509,7 @@ def test_constants_have_their_annotated_types():
         "MAX_ATTRS_BYTES", "HEADER_FILE", "INDEX_FILE", "INDEX_SUMS_FILE", "DICT_FILE",
         "ATTRS_FILE", "SIZES_STEP_RECORDS", "VERIFY_STEP_BYTES", "ZSTD_LEVEL", "ALIGN",
         "DEFAULT_IDLE_LIMIT", "DL_CPU", "DL_CUDA", "DL_ROCM", "MAX_THREADS", "SAMPLER_MODES",
-        "SAMPLER_LAST_STEP", "LOADERX_STORAGE_OPTIONS", "DEFAULT_CACHE_BLOCK_BYTES",
+        "SAMPLER_LAST_STEP", "PACK_WINDOW", "LOADERX_STORAGE_OPTIONS", "DEFAULT_CACHE_BLOCK_BYTES",
         "DEFAULT_CACHE_MAX_BYTES", "DEFAULT_MAX_CONCURRENCY", "MAX_CONCURRENCY", "MAX_RETRIES",
         "DEFAULT_WINDOW_BYTES",
     }  # fmt: skip

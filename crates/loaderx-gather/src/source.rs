@@ -69,6 +69,26 @@ pub trait RecordSource: Send + Sync {
     /// from the index alone (see [`zrecord::Metadata::record_sizes`]).
     fn each_size(&self, range: Range<u64>, each: &mut dyn FnMut(u64, u64)) -> Result<()>;
 
+    /// Calls `each(length)` for every record in `range` of a Ragged store, in
+    /// order: its length along axis 0, from the index alone (see
+    /// [`zrecord::Metadata::record_lengths`]).
+    fn each_length(&self, range: Range<u64>, each: &mut dyn FnMut(u64)) -> Result<()>;
+
+    /// The lengths along axis 0 of the Ragged records in `range`, from the
+    /// index alone.
+    fn record_lengths(&self, range: Range<u64>) -> Result<Vec<u64>> {
+        let n = range.end.saturating_sub(range.start).min(self.info().len());
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        let mut lengths = Vec::new();
+        lengths
+            .try_reserve_exact(n)
+            .map_err(|_| zrecord::Error::OutOfMemory {
+                bytes: n.saturating_mul(8),
+            })?;
+        self.each_length(range, &mut |l| lengths.push(l))?;
+        Ok(lengths)
+    }
+
     /// The sizes of the records in `range`, from the index alone.
     fn record_sizes(&self, range: Range<u64>) -> Result<RecordSizes> {
         let n = range.end.saturating_sub(range.start).min(self.info().len());
@@ -130,5 +150,9 @@ impl RecordSource for Store {
 
     fn each_size(&self, range: Range<u64>, each: &mut dyn FnMut(u64, u64)) -> Result<()> {
         Ok(Store::record_sizes(self, range, each)?)
+    }
+
+    fn each_length(&self, range: Range<u64>, each: &mut dyn FnMut(u64)) -> Result<()> {
+        Ok(Store::record_lengths(self, range, each)?)
     }
 }

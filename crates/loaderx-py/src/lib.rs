@@ -12,6 +12,7 @@ mod allocator;
 mod convert;
 mod dlpack;
 mod errors;
+mod packing;
 mod publish;
 mod sampler;
 mod store;
@@ -72,6 +73,7 @@ fn constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
         )?,
     )?;
     m.add("SAMPLER_LAST_STEP", loaderx_sampler::LAST_STEP)?;
+    m.add("PACK_WINDOW", loaderx_sampler::packing::PACK_WINDOW)?;
     m.add(
         "DEFAULT_WINDOW_BYTES",
         loaderx_sampler::windowed::DEFAULT_WINDOW_BYTES,
@@ -146,5 +148,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(thread_count, m)?)?;
     sampler::register(m)?;
     windowed::register(m)?;
+    packing::register(m)?;
     Ok(())
 }

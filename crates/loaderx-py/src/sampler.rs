@@ -18,26 +18,26 @@ use pyo3::types::{PyBool, PyInt};
 use crate::errors::{invalid_argument, out_of_memory, overflow, wrong_type, IntoPy};
 
 /// Batches of at least this many indices are filled with the GIL released.
-const DETACH_FROM: usize = 65_536;
+pub(crate) const DETACH_FROM: usize = 65_536;
 
-/// The sampler's output memory: `len` u64s owned by the base object of the cached
+/// The sampler's output memory: `len` items owned by the base object of the cached
 /// NumPy array. That array does not own its data, so NumPy refuses to resize it,
 /// and the sampler holds the array for its whole life: the region never moves and
 /// is never freed while the sampler exists.
-pub(crate) struct Region {
-    ptr: NonNull<u64>,
+pub(crate) struct Region<T = u64> {
+    ptr: NonNull<T>,
     len: usize,
 }
 
 // SAFETY: the region is plain memory; it is only written through `&mut PySampler`
 // (an exclusive borrow checked by PyO3), so no two threads write it at once.
-unsafe impl Send for Region {}
+unsafe impl<T: Send> Send for Region<T> {}
 // SAFETY: as above; shared references never touch the memory.
-unsafe impl Sync for Region {}
+unsafe impl<T: Sync> Sync for Region<T> {}
 
-impl Region {
-    fn as_mut_slice(&mut self) -> &mut [u64] {
-        // SAFETY: `ptr` addresses `len` initialized u64s kept alive by the array
+impl<T> Region<T> {
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [T] {
+        // SAFETY: `ptr` addresses `len` initialized items kept alive by the array
         // (see the type's documentation); `&mut self` makes this the only writer.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
@@ -79,7 +79,7 @@ pub(crate) fn int_arg(obj: &Bound<'_, PyAny>, name: &str, min: u64) -> PyResult<
     }
 }
 
-fn mode_arg(obj: &Bound<'_, PyAny>) -> PyResult<Mode> {
+pub(crate) fn mode_arg(obj: &Bound<'_, PyAny>) -> PyResult<Mode> {
     let code = int_arg(obj, "mode", 0)?;
     u8::try_from(code)
         .ok()
@@ -87,15 +87,18 @@ fn mode_arg(obj: &Bound<'_, PyAny>) -> PyResult<Mode> {
         .ok_or_else(|| invalid_argument(format!("mode code must be 0, 1 or 2, got {code}")))
 }
 
-/// The zeroed output buffer of `batch` indices as a NumPy array, and its memory.
-pub(crate) fn output(py: Python<'_>, batch: usize) -> PyResult<(Py<PyArray1<u64>>, Region)> {
-    let mut buf: Vec<u64> = Vec::new();
+/// The zeroed output buffer of `batch` items as a NumPy array, and its memory.
+pub(crate) fn output<T: numpy::Element + Clone + Default>(
+    py: Python<'_>,
+    batch: usize,
+) -> PyResult<(Py<PyArray1<T>>, Region<T>)> {
+    let mut buf: Vec<T> = Vec::new();
     buf.try_reserve_exact(batch).map_err(|_| {
         out_of_memory(format!(
-            "cannot allocate a buffer of {batch} uint64 indices"
+            "cannot allocate a buffer of {batch} sampler outputs"
         ))
     })?;
-    buf.resize(batch, 0);
+    buf.resize(batch, T::default());
     let array = buf.into_pyarray(py);
     let ptr = NonNull::new(array.data())
         .ok_or_else(|| out_of_memory("NumPy returned a null index buffer"))?;

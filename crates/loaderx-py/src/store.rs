@@ -334,6 +334,20 @@ impl PyStore {
         ))
     }
 
+    /// The length along axis 0 of each Ragged record in `start..stop`, from the
+    /// index alone, as one uint64 array.
+    fn record_lengths<'py>(
+        &self,
+        py: Python<'py>,
+        start: u64,
+        stop: u64,
+    ) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        let lengths = py
+            .detach(|| self.source.record_lengths(start..stop))
+            .py_err()?;
+        Ok(PyArray1::from_vec(py, lengths))
+    }
+
     /// The `zstd_dict` dictionary, or None.
     fn dictionary<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
         self.info().dictionary().map(|d| PyBytes::new(py, d))

@@ -386,6 +386,10 @@ impl RecordSource for RemoteStore {
     fn each_size(&self, range: Range<u64>, each: &mut dyn FnMut(u64, u64)) -> Result<()> {
         Ok(self.meta().record_sizes(range, each)?)
     }
+
+    fn each_length(&self, range: Range<u64>, each: &mut dyn FnMut(u64)) -> Result<()> {
+        Ok(self.meta().record_lengths(range, each)?)
+    }
 }
 
 impl Source {

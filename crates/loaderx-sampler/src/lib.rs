@@ -21,8 +21,10 @@
 #![deny(missing_docs)]
 
 pub mod mixture;
+pub mod packing;
 pub mod windowed;
 pub use mixture::{Mixture, Weight};
+pub use packing::{Long, Packing};
 pub use windowed::Windowed;
 
 /// An argument outside the sampler's contract; the message says which and why.

@@ -414,6 +414,11 @@ impl Store {
         self.meta.record_sizes(range, each)
     }
 
+    /// [`Metadata::record_lengths`] of the records in `range`.
+    pub fn record_lengths(&self, range: Range<u64>, each: impl FnMut(u64)) -> Result<()> {
+        self.meta.record_lengths(range, each)
+    }
+
     /// The checked entry of record `i` and the shape bytes of its index entry.
     pub(crate) fn entry_and_shape(&self, i: u64) -> Result<(Entry, &[u8])> {
         self.meta.entry_and_shape(i)

@@ -87,3 +87,46 @@ fn encoded_size_is_what_the_codec_stores() {
     let err = encoded_size(Codec::Raw, None, &data, &[1]).unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)));
 }
+
+#[test]
+fn record_lengths_are_the_first_axis_of_each_indexed_shape() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(&ragged_store(tmp.path(), Codec::Zstd)).unwrap();
+    let mut seen = Vec::new();
+    store.record_lengths(0..4, |l| seen.push(l)).unwrap();
+    assert_eq!(seen, [3, 0, 5, 1]);
+    seen.clear();
+    store.record_lengths(1..3, |l| seen.push(l)).unwrap();
+    assert_eq!(seen, [0, 5]);
+    let err = store.record_lengths(2..5, |_| {}).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+
+    // Two-dimensional records: the length is the first dimension only.
+    let dest = tmp.path().join("two");
+    let schema = Schema::ragged(DType::U8, 2, Codec::Raw, 1).unwrap();
+    let mut w = Writer::create(&dest, schema, None).unwrap();
+    let values = vec![1u8; 2 * 3 + 4 * 3];
+    let view = RaggedView {
+        values: &values,
+        cu_seqlens: &[0, 6, 18],
+        shapes: &[2, 3, 4, 3],
+    };
+    w.append_ragged(&view, Source::Memory, &Sequential).unwrap();
+    w.finish().unwrap();
+    let store = Store::open(&dest).unwrap();
+    seen.clear();
+    store.record_lengths(0..2, |l| seen.push(l)).unwrap();
+    assert_eq!(seen, [2, 4]);
+
+    let dense = tmp.path().join("dense");
+    let schema = Schema::dense(DType::U8, &[2], Codec::Raw, 1).unwrap();
+    let mut w = Writer::create(&dense, schema, None).unwrap();
+    w.append_dense(2, &[0u8; 4], Source::Memory, &Sequential)
+        .unwrap();
+    w.finish().unwrap();
+    let err = Store::open(&dense)
+        .unwrap()
+        .record_lengths(0..2, |_| {})
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+}

@@ -297,6 +297,16 @@ class Ragged(StoreReader[RaggedBatch]):
         """Dimensions of each record."""
         return self._store().ndim
 
+    def lengths(self, start: int = 0, stop: int | None = None) -> npt.NDArray[np.uint64]:
+        """Each record's length along axis 0 (its first dimension), for the records
+        in ``start..stop`` (default: every record), as a fresh ``uint64`` array.
+        Read from the index, which holds every record's shape: no record is read,
+        and a remote store uses the index it fetched when it opened."""
+        store = self._store()
+        begin = check_int(start, "start", 0, self._len)
+        end = self._len if stop is None else check_int(stop, "stop", begin, self._len)
+        return store.record_lengths(begin, end)
+
     def _one(self, store: _native.Store, pos: int) -> RaggedBatch:
         return self._many(store, np.array([pos], dtype=np.int64))
 

@@ -1,0 +1,168 @@
+"""PackingSampler: steps of token-budget packs of whole records, for training on
+variable-length sequences (re-exported from ``loaderx.sampler``). The algorithm
+is in ``docs/sampler.md``, section "PackingSampler"."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from . import _native
+from ._steps import restore_step
+from .errors import InvalidArgumentError
+from .sampler import Sampler
+
+__all__ = ["PackingSampler"]
+
+#: Records per window of the CYCLIC and IID plans.
+PACK_WINDOW: int = _native.PACK_WINDOW
+
+_LONG = ("truncate", "error")
+
+
+def _lengths_arg(lengths: object) -> npt.NDArray[np.uint64]:
+    """`lengths` as a contiguous uint64 array, with errors that name it."""
+    if isinstance(lengths, (str, bytes)):
+        raise TypeError(f"lengths must be a sequence of integers, got {type(lengths).__name__}")
+    try:
+        a = np.asarray(lengths)
+    except (TypeError, ValueError, OverflowError):
+        raise TypeError(
+            f"lengths must be a sequence of integers, got {type(lengths).__name__}"
+        ) from None
+    if a.ndim != 1:
+        raise InvalidArgumentError(f"lengths must be one-dimensional, got shape {a.shape}")
+    if a.size == 0:
+        raise InvalidArgumentError("lengths must hold at least one record")
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"lengths must be integers, got dtype {a.dtype}")
+    if a.dtype.kind == "i":
+        negative = np.flatnonzero(a < 0)
+        if negative.size:
+            i = int(negative[0])
+            raise InvalidArgumentError(f"lengths[{i}] is negative ({int(a[i])})")
+    return np.ascontiguousarray(a, dtype=np.uint64)
+
+
+class PackingSampler(_native.PackingSampler):
+    """PackingSampler(lengths, tokens_per_pack, packs_per_step, mode=Sampler.Mode.CYCLIC,
+    seed=0, long="truncate")
+
+    Draws one step of ``packs_per_step`` packs per call. A pack is a list of whole
+    records whose lengths sum to at most ``tokens_per_pack``, a record longer
+    than that counting as ``tokens_per_pack``: the consumer keeps its first
+    ``tokens_per_pack`` elements. Records are never split between packs.
+
+    ``next()`` returns the step's record positions, pack after pack, as a
+    ``uint64`` view of the sampler's reusable buffer (overwritten by the next
+    draw); ``pack_offsets`` is then the ``int64`` array of ``packs_per_step + 1``
+    offsets into it: pack ``k`` is ``positions[pack_offsets[k]:pack_offsets[k + 1]]``.
+    ``pack_offsets`` is the same array object every draw.
+
+    Parameters
+    ----------
+    lengths:
+        Each record's length, a one-dimensional sequence of non-negative integers
+        (``Ragged.lengths()`` reads it from a store's index). The sampler keeps
+        its own copy.
+    tokens_per_pack:
+        The token budget of every pack, an integer ``>= 1``.
+    packs_per_step:
+        Packs per step, an integer ``>= 1``.
+    mode:
+        A :class:`Sampler.Mode`. All three use one fixed plan of packs computed
+        at construction. CYCLIC: every record exactly once per pass, the plan's
+        packs in a fresh order each pass, nothing omitted at a pass boundary (a
+        step may straddle two passes). IID: packs drawn uniformly with
+        replacement, so every record is equally likely. SEQUENTIAL: records in
+        position order, packed next-fit.
+    seed:
+        An integer in ``[0, 2**64 - 1]``.
+    long:
+        ``"truncate"`` (a record longer than ``tokens_per_pack`` counts as
+        ``tokens_per_pack``) or ``"error"`` (such a record is refused here, the
+        error naming its position and length).
+
+    ``seek(step)`` is O(1); iteration never ends; a PackingSampler pickles and
+    copies with its next step. Invalid arguments raise
+    :class:`loaderx.errors.InvalidArgumentError` (a ``ValueError``) or
+    ``TypeError``, naming the argument.
+    """
+
+    __slots__ = ()
+
+    def __new__(
+        cls,
+        lengths: npt.ArrayLike,
+        tokens_per_pack: int,
+        packs_per_step: int,
+        mode: Sampler.Mode = Sampler.Mode.CYCLIC,
+        seed: int = 0,
+        long: Literal["truncate", "error"] = "truncate",
+    ) -> PackingSampler:
+        if not isinstance(mode, Sampler.Mode):
+            raise TypeError(
+                f"mode must be a Sampler.Mode (SEQUENTIAL, IID or CYCLIC), got {mode!r}"
+            )
+        if not isinstance(long, str):
+            raise TypeError(f'long must be "truncate" or "error", got {type(long).__name__}')
+        if long not in _LONG:
+            raise InvalidArgumentError(f'long must be "truncate" or "error", got {long!r}')
+        return super().__new__(
+            cls, _lengths_arg(lengths), tokens_per_pack, packs_per_step, mode.value, seed, long
+        )
+
+    @property
+    def tokens_per_pack(self) -> int:
+        """The token budget of every pack."""
+        return self._state()[2]
+
+    @property
+    def packs_per_step(self) -> int:
+        """Packs per step."""
+        return self._state()[3]
+
+    @property
+    def packs_per_pass(self) -> int:
+        """Packs in the plan: a CYCLIC pass, or SEQUENTIAL's run over every record."""
+        return self._plan()[0]
+
+    @property
+    def fill(self) -> float:
+        """The share of the plan's pack slots that hold tokens:
+        ``sum(min(length, tokens_per_pack)) / (packs_per_pass * tokens_per_pack)``."""
+        packs, tokens, _ = self._plan()
+        return tokens / (packs * self.tokens_per_pack)
+
+    def config(self) -> dict[str, object]:
+        """What identifies this sampler's sequence of steps (the Loader stores it in
+        its resume state): the record count and the xxh3-64 of the lengths (as
+        little-endian uint64s), the budget, packs per step, mode, seed and
+        ``long``."""
+        records, digest, budget, per_step, mode, seed, long, _ = self._state()
+        return {
+            "packing": {"records": records, "lengths_xxh3": f"{digest:016x}"},
+            "tokens_per_pack": budget,
+            "packs_per_step": per_step,
+            "mode": Sampler.Mode(mode).name,
+            "seed": seed,
+            "long": long,
+        }
+
+    def __reduce__(self):
+        _, _, budget, per_step, mode, seed, long, step = self._state()
+        args = (self._lengths(), budget, per_step, Sampler.Mode(mode), seed, long)
+        return (type(self), args, step)
+
+    def __setstate__(self, step: int) -> None:
+        restore_step(self, step)
+
+    def __repr__(self) -> str:
+        records, _, budget, per_step, mode, seed, long, step = self._state()
+        return (
+            f"{type(self).__qualname__}(<{records} lengths>, tokens_per_pack={budget}, "
+            f"packs_per_step={per_step}, mode=Sampler.Mode.{Sampler.Mode(mode).name}, "
+            f"seed={seed}, long={long!r}) at step {step}"
+        )
