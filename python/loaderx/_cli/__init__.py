@@ -9,16 +9,19 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from . import bench, clean, concat, convert, info, verify
+from . import bench, clean, concat, convert, info, profile, verify
 from ._common import FAILED, USAGE
 
-_COMMANDS = (info, verify, convert, concat, clean, bench)
+_COMMANDS = (info, verify, convert, concat, clean, bench, profile)
 
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="loaderx",
-        description="Inspect, verify, convert, concatenate and clean Zrecord stores.",
+        description=(
+            "Inspect, verify, convert, concatenate and clean Zrecord stores; "
+            "benchmark and profile reading them."
+        ),
     )
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

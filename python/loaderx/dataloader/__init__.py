@@ -26,9 +26,31 @@ from __future__ import annotations
 from ._loader import Loader, LoaderIterator
 from ._rng import StepInfo, record_rng, step_rng
 from ._state import STATE_VERSION
+from ._stats import LoaderStats, QueueStats, StageStats, format_stats
 
-__all__ = ["Loader", "LoaderIterator", "STATE_VERSION", "StepInfo", "record_rng", "step_rng"]
+__all__ = [
+    "Loader",
+    "LoaderIterator",
+    "LoaderStats",
+    "QueueStats",
+    "STATE_VERSION",
+    "StageStats",
+    "StepInfo",
+    "format_stats",
+    "record_rng",
+    "step_rng",
+]
 
-for _public in (Loader, LoaderIterator, StepInfo, record_rng, step_rng):
+for _public in (
+    Loader,
+    LoaderIterator,
+    LoaderStats,
+    QueueStats,
+    StageStats,
+    StepInfo,
+    format_stats,
+    record_rng,
+    step_rng,
+):
     _public.__module__ = __name__
 del _public

@@ -3,6 +3,7 @@ step state, the workers, resume)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Generic, NoReturn, TypeVar, overload
 
@@ -14,6 +15,7 @@ from ._pipeline import Pipeline, Shards
 from ._process import exact_int, resolve_process, split_description
 from ._rng import MAX_SEED, StepInfo
 from ._state import STATE_VERSION, State, as_mapping, check_depth, plain, sampler_key
+from ._stats import LoaderStats
 from ._streams import Streams
 
 #: The most worker threads a Loader starts.
@@ -33,6 +35,26 @@ def _batch_size(sampler: IndexSampler) -> int | None:
 
 def _is_sampler(sampler: object) -> bool:
     return isinstance(sampler, IndexSampler) and callable(sampler.next)
+
+
+def _check_reports(every: object, on_stats: object) -> float | None:
+    """``stats_every`` as seconds, checked with the callback it goes with."""
+    if on_stats is not None and not callable(on_stats):
+        raise TypeError(f"on_stats must be callable, got {type(on_stats).__name__}")
+    if every is None:
+        if on_stats is not None:
+            raise InvalidArgumentError("on_stats is called every stats_every seconds; give both")
+        return None
+    if (
+        isinstance(every, bool)
+        or not isinstance(every, (int, float))
+        or not math.isfinite(every)
+        or every <= 0
+    ):
+        raise InvalidArgumentError(
+            f"stats_every must be a positive number of seconds, got {every!r}"
+        )
+    return float(every)
 
 
 class LoaderIterator(Iterator[T], Generic[B, T]):
@@ -108,6 +130,17 @@ class LoaderIterator(Iterator[T], Generic[B, T]):
             raise TypeError("resuming needs a sampler with seek(step)")
         p.delivered = p.claimed = step
 
+    # -- statistics ---------------------------------------------------------------
+
+    def stats(self) -> LoaderStats:
+        """What the loader did since it started or since ``reset_stats()``: see
+        ``Loader.stats``."""
+        return self._pipeline.stats_now()
+
+    def reset_stats(self) -> None:
+        """Starts a new window of ``stats()``."""
+        self._pipeline.reset_stats()
+
     # -- lifetime -----------------------------------------------------------------
 
     def close(self) -> None:
@@ -177,6 +210,8 @@ class Loader(Generic[B, T]):
         seed: int = 0,
         process_index: int | None = None,
         process_count: int | None = None,
+        stats_every: float | None = None,
+        on_stats: Callable[[LoaderStats], object] | None = None,
     ) -> None: ...
 
     @overload
@@ -191,6 +226,8 @@ class Loader(Generic[B, T]):
         seed: int = 0,
         process_index: int | None = None,
         process_count: int | None = None,
+        stats_every: float | None = None,
+        on_stats: Callable[[LoaderStats], object] | None = None,
     ) -> None: ...
 
     @overload
@@ -205,6 +242,8 @@ class Loader(Generic[B, T]):
         seed: int = 0,
         process_index: int | None = None,
         process_count: int | None = None,
+        stats_every: float | None = None,
+        on_stats: Callable[[LoaderStats], object] | None = None,
     ) -> None: ...
 
     def __init__(
@@ -218,6 +257,8 @@ class Loader(Generic[B, T]):
         seed: int = 0,
         process_index: int | None = None,
         process_count: int | None = None,
+        stats_every: float | None = None,
+        on_stats: Callable[[LoaderStats], object] | None = None,
     ) -> None:
         checked: Streams[B] = Streams(streams)
         if not _is_sampler(sampler):
@@ -238,7 +279,10 @@ class Loader(Generic[B, T]):
         w = check_int(workers, "workers", 0, MAX_WORKERS)
         p = check_int(prefetch, "prefetch", 1)
         s = check_int(seed, "seed", 0, MAX_SEED)
-        self._pipeline = Pipeline(checked, sampler, transform, w, p, s, process[:2])
+        every = _check_reports(stats_every, on_stats)
+        self._pipeline = Pipeline(
+            checked, sampler, transform, w, p, s, process[:2], every, on_stats
+        )
         self._iterator = LoaderIterator(self._pipeline)
 
     @property
@@ -284,6 +328,23 @@ class Loader(Generic[B, T]):
     def load_state_dict(self, state: Mapping[str, object]) -> None:
         """Resumes at ``state['step']``. Call before the first ``next()``."""
         self._iterator.load_state_dict(state)
+
+    def stats(self) -> LoaderStats:
+        """What the loader did since its first ``next()`` or the last
+        ``reset_stats()``, as plain JSON data: ``steps`` delivered, ``elapsed_s``,
+        ``time_to_first_batch_s`` (the first ``next()`` until it returned; not
+        reset), ``input_bound`` (the fraction of the window the consumer spent
+        inside ``next()``), ``wait`` (the consumer's wait per step) and ``stages``
+        (``draw``, ``gather``, and ``fetch_wait`` and ``transform`` where they
+        apply), each ``{"total_s", "p50_s", "p95_s"}`` per step, ``queue`` (the
+        finished steps ready at each ``next()``: ``capacity``, ``mean``, ``max``,
+        and the fraction ``empty``) and ``bytes_gathered``. See docs/loader.md,
+        "Reading the statistics"."""
+        return self._iterator.stats()
+
+    def reset_stats(self) -> None:
+        """Starts a new window of ``stats()``."""
+        self._iterator.reset_stats()
 
     def close(self) -> None:
         """Stops the workers, waits until none is running, and drops queued

@@ -8,6 +8,7 @@ import atexit
 import inspect
 import os
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from ..errors import InvalidArgumentError
 from ..protocols import IndexSampler, Positions, PrefetchingReader
 from ._process import split_description
 from ._rng import StepInfo
+from ._stats import LoaderStats, Recorder, Report, batch_bytes
 from ._streams import Streams
 
 B = TypeVar("B")  # what one reader's gather returns
@@ -82,7 +84,7 @@ _Parts: TypeAlias = "list[dict[str, B | _Later[B]]]"
 class _Begun(Generic[B]):
     """A step drawn and begun under the draw lock, not yet completed."""
 
-    __slots__ = ("error", "info", "parts", "step", "waits")
+    __slots__ = ("draw_ns", "error", "gather_ns", "info", "parts", "step", "waits")
 
     def __init__(
         self,
@@ -94,6 +96,7 @@ class _Begun(Generic[B]):
     ) -> None:
         self.step, self.parts, self.info, self.error = step, parts, info, error
         self.waits = waits  # some of its reads are still under way
+        self.draw_ns = self.gather_ns = 0
 
     def cancel(self) -> None:
         """Stops the reads still under way that can be stopped."""
@@ -103,13 +106,25 @@ class _Begun(Generic[B]):
                     cast("_Later[B]", v).cancel()
 
 
+# A step's time in each of STAGES, in nanoseconds; -1 for a stage it did not have.
+_Times: TypeAlias = tuple[int, int, int, int]
+_NO_TIMES: _Times = (-1, -1, -1, -1)
+
+
 class _Step(Generic[T]):
-    """A finished step: its result or the exception it raised."""
+    """A finished step: its result or the exception it raised, and what it cost."""
 
-    __slots__ = ("value", "error")
+    __slots__ = ("error", "nbytes", "times", "value")
 
-    def __init__(self, value: T | None = None, error: BaseException | None = None) -> None:
+    def __init__(
+        self,
+        value: T | None = None,
+        error: BaseException | None = None,
+        times: _Times = _NO_TIMES,
+        nbytes: int = 0,
+    ) -> None:
         self.value, self.error = value, error
+        self.times, self.nbytes = times, nbytes
 
 
 # Pipelines whose workers have started: closed and joined at interpreter exit, and
@@ -131,6 +146,8 @@ class Pipeline(Generic[B, T]):
         prefetch: int,
         seed: int,
         process: tuple[int, int],
+        stats_every: float | None = None,
+        on_stats: Report | None = None,
     ) -> None:
         self.streams = streams
         self.sampler = sampler
@@ -154,6 +171,9 @@ class Pipeline(Generic[B, T]):
         self.closed = False
         self.failed: BaseException | None = None
         self.pid = os.getpid()
+        stages = ("draw", "gather") + (("transform",) if transform is not None else ())
+        self.stats = Recorder(prefetch + workers if workers else 0, stages)
+        self.stats.set_reports(stats_every, on_stats)
 
     # -- one step ---------------------------------------------------------------
 
@@ -247,6 +267,31 @@ class Pipeline(Generic[B, T]):
             return self.transform(shards, info)
         return self.transform(shards)
 
+    def draw_and_begin(self, step: int) -> _Begun[B]:
+        t0 = time.perf_counter_ns()
+        drawn = self.sampler.next()
+        t1 = time.perf_counter_ns()
+        item = self.begin(step, drawn)
+        item.draw_ns, item.gather_ns = t1 - t0, time.perf_counter_ns() - t1
+        return item
+
+    def run(self, item: _Begun[B]) -> _Step[T]:
+        """Completes and transforms a begun step, timing both."""
+        t0 = time.perf_counter_ns()
+        shards = self.completed(item)
+        t1 = time.perf_counter_ns()
+        # Counted before the transform, which may replace the batches.
+        nbytes = batch_bytes(cast("list[dict[str, object]]", shards))
+        value = self.finish(shards, item.info)
+        t2 = time.perf_counter_ns()
+        times = (
+            item.draw_ns,
+            item.gather_ns,
+            t1 - t0 if item.waits else -1,
+            t2 - t1 if self.transform is not None else -1,
+        )
+        return _Step(value, times=times, nbytes=nbytes)
+
     # -- worker threads -----------------------------------------------------------
 
     def start(self) -> None:
@@ -284,7 +329,7 @@ class Pipeline(Generic[B, T]):
                         step = self.claimed
                         self.claimed += 1
                     try:
-                        item = self.begin(step, self.sampler.next())
+                        item = self.draw_and_begin(step)
                     except BaseException as e:  # noqa: BLE001 - delivered to the consumer
                         self.begun.append(_Begun(step, error=e))
                         break
@@ -299,7 +344,7 @@ class Pipeline(Generic[B, T]):
                 result = _Step(error=item.error)
             else:
                 try:
-                    result = _Step(self.finish(self.completed(item), item.info))
+                    result = self.run(item)
                 except BaseException as e:  # noqa: BLE001 - delivered to the consumer
                     result = _Step(error=e)
             failed = result.error is not None
@@ -336,34 +381,58 @@ class Pipeline(Generic[B, T]):
     def next(self) -> T:
         self.check_process()
         self.check_open()
+        called = time.perf_counter_ns()
         if self.workers == 0:
             # One step at a time, so that consumers on several threads never draw
             # into the sampler's buffer while another gathers from it.
             with self.draw:
                 self.check_open()
+                with self.cond:
+                    self.stats.called(called)
                 try:
-                    item = self.begin(self.delivered, self.sampler.next())
-                    out = self.finish(self.completed(item), item.info)
+                    done = self.run(self.draw_and_begin(self.delivered))
                 except BaseException as e:
                     self.failed = e
                     raise
                 self.delivered += 1
-                return out
-        with self.cond:
-            if not self.started:
-                self.start()
-            # Read at every wake-up: another consumer thread may have taken the step.
-            while self.delivered not in self.done:
-                self.check_open()
-                self.cond.wait(POLL)
-            item = self.done.pop(self.delivered)
-            if item.error is not None:
-                self.failed = item.error
+                with self.cond:
+                    report = self.record(done, called, 0)
+        else:
+            with self.cond:
+                self.stats.called(called)
+                if not self.started:
+                    self.start()
+                ready = len(self.done)
+                # Read at every wake-up: another consumer thread may have taken the step.
+                while self.delivered not in self.done:
+                    self.check_open()
+                    self.cond.wait(POLL)
+                done = self.done.pop(self.delivered)
+                if done.error is not None:
+                    self.failed = done.error
+                    self.cond.notify_all()
+                    raise done.error
+                self.delivered += 1
                 self.cond.notify_all()
-                raise item.error
-            self.delivered += 1
-            self.cond.notify_all()
-            return cast("T", item.value)
+                report = self.record(done, called, ready)
+        if report is not None:
+            # Outside the lock: the callback may take its time, or call stats().
+            cast("Report", self.stats.report)(report)
+        return cast("T", done.value)
+
+    def record(self, done: _Step[T], called: int, ready: int) -> LoaderStats | None:
+        """Counts a delivered step (under the condition lock); the report due, if any."""
+        now = time.perf_counter_ns()
+        self.stats.delivered(done.times, done.nbytes, now - called, ready)
+        return self.stats.due(now)
+
+    def stats_now(self) -> LoaderStats:
+        with self.cond:
+            return self.stats.stats()
+
+    def reset_stats(self) -> None:
+        with self.cond:
+            self.stats.reset()
 
     # -- lifetime -----------------------------------------------------------------
 

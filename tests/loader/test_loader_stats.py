@@ -1,0 +1,302 @@
+"""Loader.stats(): stage times against injected delays, the input-bound fraction,
+queue occupancy, bytes, windows, periodic reports and their one-line summary."""
+
+import json
+import math
+import time
+
+import numpy as np
+import pytest
+from remote_servers import HTTP_STORAGE_OPTIONS
+
+from loaderx.dataloader import Loader, format_stats
+from loaderx.dataloader._stats import _bucket, _middle, _percentile
+from loaderx.errors import InvalidArgumentError
+from loaderx.sampler import Sampler
+from loaderx.zrecord import Dense, Ragged, RaggedBatch
+
+SEQ = Sampler.Mode.SEQUENTIAL
+
+
+@pytest.fixture
+def store(tmp_path):
+    data = np.arange(4096 * 16, dtype=np.uint8).reshape(4096, 16)
+    with Dense.create(tmp_path / "s", np.uint8, (16,), codec="raw") as w:
+        w.append(data)
+    return Dense.open(tmp_path / "s")
+
+
+class SlowReader:
+    """A custom reader whose gather sleeps a fixed time."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def __len__(self):
+        return 1000
+
+    def gather(self, positions):
+        time.sleep(self.seconds)
+        return np.asarray(positions).copy()
+
+
+def sleeping(seconds):
+    def transform(shards):
+        time.sleep(seconds)
+        return shards
+
+    return transform
+
+
+def close_to(value, expected, rel=1.0):
+    """At least what was injected, and at most twice it (a loaded machine
+    oversleeps)."""
+    return expected <= value <= expected * (1 + rel) + 0.002
+
+
+# -- the histogram ---------------------------------------------------------------
+
+
+def test_buckets_are_exact_below_16_ns_and_within_a_32nd_above():
+    for ns in range(16):
+        assert _middle(_bucket(ns)) == ns
+    rng = np.random.default_rng(0)
+    for ns in [16, 17, 31, 32, 33, 1000, 10**6, 10**9, 2**62, *rng.integers(16, 2**40, 500)]:
+        ns = int(ns)
+        mid = _middle(_bucket(ns))
+        assert abs(mid - ns) <= ns / 32, ns
+    # Buckets increase with the duration and stay within the histogram.
+    edges = [_bucket(2**k) for k in range(63)]
+    assert edges == sorted(edges) and len(set(edges)) == 63
+    assert _bucket(2**63 - 1) == 60 * 16 - 1
+
+
+def test_percentiles_are_the_nearest_rank():
+    counts = [0] * (62 * 16)
+    counts[_bucket(10)] = 50
+    counts[_bucket(12)] = 45
+    counts[_bucket(15)] = 5
+    assert _percentile(counts, 100, 50) == 10e-9
+    assert _percentile(counts, 100, 95) == 12e-9
+    assert _percentile(counts, 100, 96) == 15e-9
+    assert _percentile(counts, 0, 50) == 0.0
+
+
+# -- stage times -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_slow_transform_is_the_transform_stage(store, workers):
+    s = Sampler(len(store), 64, SEQ)
+    with Loader({"x": [store]}, s, transform=sleeping(0.02), workers=workers) as loader:
+        for _ in range(12):
+            loader.next()
+        st = loader.stats()
+    assert st["steps"] == 12
+    assert list(st["stages"]) == ["draw", "gather", "transform"]
+    t = st["stages"]["transform"]
+    assert close_to(t["p50_s"], 0.02) and 0.02 <= t["p95_s"] < 0.25
+    assert close_to(t["total_s"], 12 * 0.02)
+    assert st["stages"]["gather"]["p50_s"] < 0.005
+    assert st["stages"]["draw"]["p50_s"] < 0.005
+
+
+def test_a_slow_reader_is_the_gather_stage():
+    with Loader({"x": [SlowReader(0.015)]}, Sampler(1000, 10, SEQ), workers=1) as loader:
+        for _ in range(10):
+            loader.next()
+        st = loader.stats()
+    assert list(st["stages"]) == ["draw", "gather"]
+    assert close_to(st["stages"]["gather"]["p50_s"], 0.015)
+    # With nothing else to do, the consumer waits for the reader.
+    assert st["input_bound"] > 0.85
+
+
+def test_a_remote_reader_behind_latency_waits_in_fetch_wait(tmp_path, range_server, fault_proxy):
+    data = [np.full(40 + i % 7, i, np.int32) for i in range(512)]
+    with Ragged.create(tmp_path / "s", np.int32, ndim=1, codec="zstd") as w:
+        w.append(RaggedBatch.from_records(data))
+    fault_proxy.latency_ms = 40
+    r = Ragged.open(fault_proxy.url + "/s", storage_options=HTTP_STORAGE_OPTIONS)
+    with Loader({"t": [r]}, Sampler(len(r), 32, SEQ), workers=1, prefetch=1) as loader:
+        for _ in range(6):
+            loader.next()
+        st = loader.stats()
+    assert list(st["stages"]) == ["draw", "gather", "fetch_wait"]
+    # The reads wait round trips (the first at least one; later steps may find
+    # their blocks already read); beginning them does not.
+    assert st["stages"]["fetch_wait"]["p95_s"] >= 0.03
+    assert st["stages"]["fetch_wait"]["total_s"] >= 0.03
+    assert st["stages"]["gather"]["p95_s"] < 0.02
+    assert st["bytes_gathered"] == sum(len(d) * 4 for d in data[: 6 * 32])
+
+
+# -- the consumer's side -----------------------------------------------------------
+
+
+def test_input_bound_is_near_one_for_a_consumer_that_does_nothing(store):
+    s = Sampler(len(store), 64, SEQ)
+    with Loader({"x": [store]}, s, transform=sleeping(0.01), workers=1, prefetch=2) as loader:
+        for _ in range(20):
+            loader.next()
+        st = loader.stats()
+    assert st["input_bound"] > 0.9
+    assert st["queue"]["empty"] > 0.8
+    assert close_to(st["wait"]["p50_s"], 0.01)
+
+
+def test_input_bound_is_near_zero_for_a_consumer_slower_than_the_step(store):
+    s = Sampler(len(store), 64, SEQ)
+    with Loader({"x": [store]}, s, transform=sleeping(0.002), workers=2, prefetch=3) as loader:
+        loader.next()
+        time.sleep(0.1)  # the queue fills
+        loader.reset_stats()
+        for _ in range(10):
+            loader.next()
+            time.sleep(0.02)
+        st = loader.stats()
+    assert st["steps"] == 10
+    assert st["input_bound"] < 0.1
+    q = st["queue"]
+    assert q["capacity"] == 5
+    assert q["empty"] == 0.0
+    assert 3 <= q["mean"] <= 5 and 3 <= q["max"] <= 5
+
+
+def test_time_to_first_batch_counts_from_the_first_next(store):
+    s = Sampler(len(store), 64, SEQ)
+    with Loader({"x": [store]}, s, transform=sleeping(0.05), workers=0) as loader:
+        assert loader.stats()["time_to_first_batch_s"] is None
+        time.sleep(0.1)  # before the first next(): not counted
+        loader.next()
+        first = loader.stats()["time_to_first_batch_s"]
+        loader.reset_stats()
+        assert loader.stats()["time_to_first_batch_s"] == first
+    assert 0.05 <= first < 0.15
+
+
+def test_bytes_gathered_are_the_payload_bytes(store):
+    s = Sampler(len(store), 64, SEQ)
+    with Loader({"x": [store, store], "y": [store, store]}, s, workers=0) as loader:
+        for _ in range(3):
+            loader.next()
+        assert loader.stats()["bytes_gathered"] == 3 * 2 * 64 * 16
+
+
+def test_reset_starts_a_new_window(store):
+    s = Sampler(len(store), 64, SEQ)
+    with Loader({"x": [store]}, s, workers=1) as loader:
+        for _ in range(5):
+            loader.next()
+        assert loader.stats()["steps"] == 5
+        loader.reset_stats()
+        empty = loader.stats()
+        assert empty["steps"] == 0 and empty["bytes_gathered"] == 0
+        assert empty["stages"]["gather"] == {"total_s": 0.0, "p50_s": 0.0, "p95_s": 0.0}
+        for _ in range(3):
+            loader.next()
+        assert loader.stats()["steps"] == 3
+        assert iter(loader).stats()["steps"] == 3
+
+
+def test_stats_are_plain_json(store):
+    s = Sampler(len(store), 64, SEQ)
+    with Loader({"x": [store]}, s, transform=sleeping(0), workers=2) as loader:
+        for _ in range(4):
+            loader.next()
+        st = loader.stats()
+    assert json.loads(json.dumps(st)) == st
+    assert set(st) == {
+        "steps",
+        "elapsed_s",
+        "time_to_first_batch_s",
+        "input_bound",
+        "wait",
+        "stages",
+        "queue",
+        "bytes_gathered",
+    }
+
+
+def test_a_loader_never_started_has_empty_stats(store):
+    with Loader({"x": [store]}, Sampler(len(store), 8, SEQ)) as loader:
+        st = loader.stats()
+    assert st["steps"] == 0 and st["elapsed_s"] == 0.0 and st["input_bound"] == 0.0
+    assert st["queue"] == {"capacity": 8, "mean": 0.0, "max": 0, "empty": 0.0}
+
+
+# -- periodic reports ---------------------------------------------------------------
+
+
+def test_reports_arrive_at_the_period(store):
+    reports = []
+    s = Sampler(len(store), 64, SEQ)
+    with Loader(
+        {"x": [store]},
+        s,
+        transform=sleeping(0.005),
+        workers=1,
+        stats_every=0.2,
+        on_stats=reports.append,
+    ) as loader:
+        start = time.monotonic()
+        steps = 0
+        while time.monotonic() - start < 1.1:
+            loader.next()
+            steps += 1
+    assert 4 <= len(reports) <= 6
+    for r in reports:
+        assert 0.2 <= r["elapsed_s"] < 0.35
+        assert r["steps"] > 0
+    # Each report covers the period since the one before: none is counted twice.
+    assert sum(r["steps"] for r in reports) <= steps
+    assert steps - sum(r["steps"] for r in reports) <= 0.2 / 0.005 + 2
+
+
+def test_the_default_report_is_one_line_on_stderr(store, capsys):
+    s = Sampler(len(store), 64, SEQ)
+    with Loader({"x": [store]}, s, workers=0, stats_every=0.05) as loader:
+        loader.next()
+        time.sleep(0.06)
+        loader.next()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("loaderx: input-bound ")
+    assert "2 steps" in err and "gathered" in err
+
+
+def test_format_stats_reads_a_stats_dict():
+    zero = {"total_s": 0.0, "p50_s": 0.0, "p95_s": 0.0}
+    st = {
+        "steps": 1200,
+        "elapsed_s": 10.0,
+        "time_to_first_batch_s": 0.5,
+        "input_bound": 0.034,
+        "wait": {"total_s": 0.34, "p50_s": 0.0005, "p95_s": 0.001},
+        "stages": {
+            "draw": {"total_s": 0.0, "p50_s": 2.1e-6, "p95_s": 3e-6},
+            "gather": {"total_s": 0.05, "p50_s": 41e-6, "p95_s": 60e-6},
+            "transform": {"total_s": 1.4, "p50_s": 1.2e-3, "p95_s": 2e-3},
+            "fetch_wait": zero,
+        },
+        "queue": {"capacity": 4, "mean": 3.2, "max": 4, "empty": 0.01},
+        "bytes_gathered": 1_250_000_000,
+    }
+    assert format_stats(st) == (
+        "input-bound 3%: 1200 steps, 120/s; p50 draw 2.1 µs, gather 41 µs, "
+        "transform 1.2 ms, fetch_wait 0 ns; wait 500 µs p50; queue 3.2 of 4; 1.25 GB gathered"
+    )
+
+
+@pytest.mark.parametrize("every", [0, -1, math.nan, math.inf, True, "1"])
+def test_bad_periods_are_refused(store, every):
+    with pytest.raises(InvalidArgumentError, match="stats_every must be a positive number"):
+        Loader({"x": [store]}, Sampler(len(store), 8, SEQ), stats_every=every)
+
+
+def test_a_callback_needs_a_period_and_must_be_callable(store):
+    s = Sampler(len(store), 8, SEQ)
+    with pytest.raises(InvalidArgumentError, match="give both"):
+        Loader({"x": [store]}, s, on_stats=print)
+    with pytest.raises(TypeError, match="on_stats must be callable, got int"):
+        Loader({"x": [store]}, s, stats_every=1, on_stats=3)
