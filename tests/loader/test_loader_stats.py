@@ -10,7 +10,7 @@ import pytest
 from remote_servers import HTTP_STORAGE_OPTIONS
 
 from loaderx.dataloader import Loader, format_stats
-from loaderx.dataloader._stats import _bucket, _middle, _percentile
+from loaderx.dataloader._stats import _bucket, _buckets, _middle, _percentile
 from loaderx.errors import InvalidArgumentError
 from loaderx.sampler import Sampler
 from loaderx.zrecord import Dense, Ragged, RaggedBatch
@@ -71,8 +71,21 @@ def test_buckets_are_exact_below_16_ns_and_within_a_32nd_above():
     assert _bucket(2**63 - 1) == 60 * 16 - 1
 
 
+def test_the_bulk_buckets_equal_the_scalar_ones():
+    rng = np.random.default_rng(1)
+    ns = np.concatenate(
+        [
+            np.arange(0, 5000),
+            rng.integers(0, 2**63 - 1, 5000, dtype=np.int64),
+            2 ** np.arange(63, dtype=np.int64),
+            2 ** np.arange(1, 63, dtype=np.int64) - 1,
+        ]
+    )
+    assert _buckets(ns).tolist() == [_bucket(int(v)) for v in ns]
+
+
 def test_percentiles_are_the_nearest_rank():
-    counts = [0] * (62 * 16)
+    counts = np.zeros(60 * 16, np.int64)
     counts[_bucket(10)] = 50
     counts[_bucket(12)] = 45
     counts[_bucket(15)] = 5

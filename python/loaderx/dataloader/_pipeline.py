@@ -423,8 +423,8 @@ class Pipeline(Generic[B, T]):
     def record(self, done: _Step[T], called: int, ready: int) -> LoaderStats | None:
         """Counts a delivered step (under the condition lock); the report due, if any."""
         now = time.perf_counter_ns()
-        self.stats.delivered(done.times, done.nbytes, now - called, ready)
-        return self.stats.due(now)
+        self.stats.delivered((*done.times, now - called, done.nbytes, ready), now)
+        return self.stats.due(now) if self.stats.report_every is not None else None
 
     def stats_now(self) -> LoaderStats:
         with self.cond:

@@ -1,9 +1,10 @@
 """What a Loader did: each stage's time per step, the consumer's waits, how full
 the queue of finished steps was, and the bytes delivered.
 
-The hot path only adds integers: each duration goes to a log-scale histogram of
-16 buckets per octave, so percentiles are exact to 1/16 of an octave (about 4 %)
-and memory does not grow with the steps. Windows (``reset_stats()``, periodic
+The hot path only appends a step's integers to a list; every few thousand steps
+(and whenever statistics are read) they are folded at once into log-scale
+histograms of 16 buckets per octave, so percentiles are exact to 1/16 of an
+octave (about 4 %) and memory does not grow with the steps. Windows (``reset_stats()``, periodic
 reports) are differences of two snapshots of the running counters."""
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ import sys
 import time
 from collections.abc import Callable
 from typing import TypeAlias, TypedDict
+
+import numpy as np
+import numpy.typing as npt
 
 #: Stages of a step, in the order they run. ``fetch_wait`` applies when a reader
 #: reads in the background (a remote store), ``transform`` when there is one.
@@ -73,56 +77,72 @@ class LoaderStats(TypedDict):
 Report: TypeAlias = Callable[[LoaderStats], object]
 
 
-class _Counts:
-    """Running totals since the loader started; copied to mark a window."""
+# Columns of a pending step: the STAGES' times, the consumer's wait, the bytes,
+# the finished steps ready.
+_WAIT, _BYTES, _READY, _COLUMNS = len(STAGES), len(STAGES) + 1, len(STAGES) + 2, len(STAGES) + 3
+# Steps kept as Python integers before they are folded into the histograms at once.
+_FOLD = 4096
 
-    __slots__ = ("bytes", "hists", "queue", "steps", "totals", "wait", "wait_total")
+
+def _buckets(ns: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """``_bucket`` of every (non-negative) duration in `ns`."""
+    if ns.size and int(ns.max()) >= 1 << 53:
+        # Beyond 2**53 a float's exponent may round up: count the bits exactly.
+        bits = np.zeros_like(ns)
+        x = ns.copy()
+        for shift in (32, 16, 8, 4, 2, 1):
+            big = x >= (1 << shift)
+            bits += big * shift
+            x = np.where(big, x >> shift, x)
+        bits += x > 0
+    else:
+        bits = np.frexp(ns.astype(np.float64))[1].astype(np.int64)  # the bit lengths
+    sub = (ns >> np.maximum(bits - 5, 0)) & (_SUB - 1)
+    return np.where(ns < _SUB, ns, (bits - 4) * _SUB + sub)
+
+
+class _Counts:
+    """Running totals since the loader started; copied to mark a window. Row i
+    of the histograms is STAGES[i], the last row the consumer's wait."""
+
+    __slots__ = ("bytes", "hists", "queue", "steps", "totals")
 
     def __init__(self, queue_capacity: int) -> None:
         self.steps = 0
         self.bytes = 0
-        self.hists = [[0] * _BUCKETS for _ in STAGES]
-        self.totals = [0] * len(STAGES)
-        self.wait = [0] * _BUCKETS
-        self.wait_total = 0
-        self.queue = [0] * (queue_capacity + 1)
+        self.hists = np.zeros((len(STAGES) + 1, _BUCKETS), np.int64)
+        self.totals = np.zeros(len(STAGES) + 1, np.int64)
+        self.queue = np.zeros(queue_capacity + 1, np.int64)
 
     def copy(self) -> _Counts:
         c = _Counts.__new__(_Counts)
-        c.steps, c.bytes, c.wait_total = self.steps, self.bytes, self.wait_total
-        c.hists = [list(h) for h in self.hists]
-        c.totals = list(self.totals)
-        c.wait = list(self.wait)
-        c.queue = list(self.queue)
+        c.steps, c.bytes = self.steps, self.bytes
+        c.hists, c.totals, c.queue = self.hists.copy(), self.totals.copy(), self.queue.copy()
         return c
 
 
-def _stage(hist: list[int], before: list[int], total_ns: int) -> StageStats:
-    counts = [a - b for a, b in zip(hist, before, strict=True)]
-    n = sum(counts)
+def _stage(row: int, now: _Counts, before: _Counts) -> StageStats:
+    counts = now.hists[row] - before.hists[row]
+    n = int(counts.sum())
     return {
-        "total_s": total_ns / 1e9,
+        "total_s": int(now.totals[row] - before.totals[row]) / 1e9,
         "p50_s": _percentile(counts, n, 50),
         "p95_s": _percentile(counts, n, 95),
     }
 
 
-def _percentile(counts: list[int], n: int, percent: int) -> float:
+def _percentile(counts: npt.NDArray[np.int64], n: int, percent: int) -> float:
     """The smallest duration at or below which `percent` % of the counts lie."""
     if n == 0:
         return 0.0
     rank = max(1, (n * percent + 99) // 100)
-    seen = 0
-    for bucket, c in enumerate(counts):
-        seen += c
-        if seen >= rank:
-            return _middle(bucket) / 1e9
-    raise AssertionError("unreachable: the counts sum to n")
+    bucket = int(np.searchsorted(np.cumsum(counts), rank))
+    return _middle(bucket) / 1e9
 
 
 class Recorder:
     """The counters of one Loader. Every method is called under the pipeline's
-    condition lock, except where it says otherwise."""
+    condition lock."""
 
     def __init__(self, queue_capacity: int, stages: tuple[str, ...]) -> None:
         self.capacity = queue_capacity
@@ -130,6 +150,7 @@ class Recorder:
         # (fetch_wait: a reader that reads in the background had to be waited for).
         self.present = [name in stages for name in STAGES]
         self.counts = _Counts(queue_capacity)
+        self.pending: list[int] = []  # _COLUMNS integers per step not yet folded
         self.first_call: int | None = None  # perf_counter_ns of the first next()
         self.first_batch: int | None = None
         self.window = self.counts.copy()
@@ -150,29 +171,43 @@ class Recorder:
         if self.first_call is None:
             self.first_call = self.window_start = self.last_report_at = now
 
-    def delivered(self, step_ns: tuple[int, ...], nbytes: int, waited_ns: int, ready: int) -> None:
-        """One step reached the consumer: its stages' times, its bytes, how long
-        the consumer waited for it and how many finished steps were ready when
-        the consumer asked (0 with no workers)."""
-        c = self.counts
-        c.steps += 1
-        c.bytes += nbytes
-        for i, ns in enumerate(step_ns):
-            if ns >= 0:
-                c.hists[i][_bucket(ns)] += 1
-                c.totals[i] += ns
-                self.present[i] = True
-        c.wait[_bucket(waited_ns)] += 1
-        c.wait_total += waited_ns
-        c.queue[min(ready, self.capacity)] += 1
+    def delivered(self, step: tuple[int, ...], now: int) -> None:
+        """One step reached the consumer: its STAGES' times (-1 for a stage it
+        did not have), how long the consumer waited, its bytes and how many
+        finished steps were ready when the consumer asked (0 with no workers).
+        Kept as integers here; the histograms take them in bulk."""
+        self.pending.extend(step)
         if self.first_batch is None:
-            self.first_batch = time.perf_counter_ns()
+            self.first_batch = now
+        if len(self.pending) >= _FOLD * _COLUMNS:
+            self._fold()
+
+    def _fold(self) -> None:
+        if not self.pending:
+            return
+        steps = np.array(self.pending, np.int64).reshape(-1, _COLUMNS)
+        self.pending.clear()
+        c = self.counts
+        c.steps += len(steps)
+        for row in range(_WAIT + 1):
+            col = steps[:, row]
+            col = col[col >= 0]
+            if col.size:
+                c.hists[row] += np.bincount(_buckets(col), minlength=_BUCKETS)
+                c.totals[row] += col.sum()
+                if row < _WAIT:
+                    self.present[row] = True
+        c.bytes += int(steps[:, _BYTES].sum())
+        ready = np.minimum(steps[:, _READY], self.capacity)
+        c.queue += np.bincount(ready, minlength=self.capacity + 1)
 
     def reset(self) -> None:
+        self._fold()
         self.window = self.counts.copy()
         self.window_start = time.perf_counter_ns() if self.first_call is not None else None
 
     def stats(self) -> LoaderStats:
+        self._fold()
         return self._since(self.window, self.window_start)
 
     def due(self, now: int) -> LoaderStats | None:
@@ -182,6 +217,7 @@ class Recorder:
             return None
         if now - self.last_report_at < self.report_every:
             return None
+        self._fold()
         out = self._since(self.last_report, self.last_report_at)
         self.last_report = self.counts.copy()
         self.last_report_at = now
@@ -191,29 +227,28 @@ class Recorder:
         c = self.counts
         now = time.perf_counter_ns()
         elapsed = 0 if start is None else now - start
-        wait_ns = c.wait_total - before.wait_total
-        queue = [a - b for a, b in zip(c.queue, before.queue, strict=True)]
-        seen = sum(queue)
+        wait_ns = int(c.totals[_WAIT] - before.totals[_WAIT])
+        queue = c.queue - before.queue
+        seen = int(queue.sum())
         first = None
         if self.first_call is not None and self.first_batch is not None:
             first = (self.first_batch - self.first_call) / 1e9
-        stages: dict[str, StageStats] = {}
-        for i, name in enumerate(STAGES):
-            if not self.present[i]:
-                continue
-            stages[name] = _stage(c.hists[i], before.hists[i], c.totals[i] - before.totals[i])
+        stages: dict[str, StageStats] = {
+            name: _stage(row, c, before) for row, name in enumerate(STAGES) if self.present[row]
+        }
+        nonzero = np.flatnonzero(queue)
         return {
             "steps": c.steps - before.steps,
             "elapsed_s": elapsed / 1e9,
             "time_to_first_batch_s": first,
             "input_bound": min(1.0, wait_ns / elapsed) if elapsed > 0 else 0.0,
-            "wait": _stage(c.wait, before.wait, wait_ns),
+            "wait": _stage(_WAIT, c, before),
             "stages": stages,
             "queue": {
                 "capacity": self.capacity,
-                "mean": sum(k * n for k, n in enumerate(queue)) / seen if seen else 0.0,
-                "max": max((k for k, n in enumerate(queue) if n), default=0),
-                "empty": queue[0] / seen if seen else 0.0,
+                "mean": float(queue @ np.arange(len(queue))) / seen if seen else 0.0,
+                "max": int(nonzero[-1]) if nonzero.size else 0,
+                "empty": int(queue[0]) / seen if seen else 0.0,
             },
             "bytes_gathered": c.bytes - before.bytes,
         }
