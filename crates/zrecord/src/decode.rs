@@ -66,7 +66,7 @@ impl<I: IndexSource> Metadata<I> {
         if out.is_empty() {
             return Ok(());
         }
-        let parts = par.parts(out.len(), !self.raw).max(1);
+        let parts = par.parts(out.len(), !self.core().raw).max(1);
         let target = out.len().div_ceil(parts).max(1);
         let mut tasks = Vec::with_capacity(parts);
         let mut rest = out;
@@ -92,7 +92,7 @@ impl<I: IndexSource> Metadata<I> {
                 &plan.entries[range.clone()]
             };
             let mut rest = dst;
-            let mut session = self.decoder.session();
+            let mut session = self.core().decoder.session();
             for (j, k) in range.enumerate() {
                 if let Some(e) = entries.get(j + PREFETCH_AHEAD) {
                     let len = e.stored_len as usize;
@@ -112,7 +112,7 @@ impl<I: IndexSource> Metadata<I> {
     /// output: raw records, where the source prefers it.
     #[inline]
     fn reads_into<S: PayloadSource + ?Sized>(&self, src: &S, len: usize) -> bool {
-        self.raw && src.reads_into(len)
+        self.core().raw && src.reads_into(len)
     }
 
     /// Decodes the checked entry `e` of record `pos` from `src` into `dst`, its

@@ -16,6 +16,7 @@ mod decode;
 mod dtype;
 mod error;
 mod format;
+mod held;
 mod local;
 mod meta;
 mod parallel;
@@ -38,6 +39,7 @@ pub use format::{
     INDEX_FILE, INDEX_SUMS_FILE, MAGIC, MAX_ATTRS_BYTES, MAX_DATA_SHARDS, MAX_HEADER_BYTES,
     MAX_NDIM, MAX_RECORD_BYTES, OLDEST_FORMAT_VERSION,
 };
+pub use held::{CheckedBlock, HeldBlocks, NotFetched};
 pub use local::{LocalIndex, Store};
 pub use meta::{Metadata, Parts, ReadOptions, StoreInfo};
 pub use parallel::{Parallel, Sequential};

@@ -1,9 +1,11 @@
 //! An opened store's metadata: its header, dictionary, attributes and index, and
 //! the checks that tie them together. Opening checks what is cheap to check
 //! whatever the store's size: the header, the dictionary, the attributes, the
-//! table of index block checksums, and the whole index when it is small. A large
-//! index is checked block by block the first time an entry in the block is used;
-//! every entry used is checked against the data files' sizes and the schema.
+//! table of index block checksums, and the whole index when it is small and its
+//! source holds it. A large index is checked block by block the first time an
+//! entry in the block is used; an index fetched on demand, block by block as each
+//! comes in (see the `held` module); every entry used is checked against the
+//! data files' sizes and the schema.
 //!
 //! Nothing read from a store is trusted for arithmetic: every offset, length and
 //! shape goes through checked operations, so a damaged or hostile store gives an
@@ -12,6 +14,7 @@
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -138,9 +141,19 @@ impl IndexBlocks {
 
 /// An opened store's metadata over the index source `I`: what every read of it
 /// checks positions and entries against, whichever source holds its records.
+/// The part that is not the index is shared, so that a view of the same store
+/// over other index bytes ([`Metadata::with_blocks`]) costs no copy.
 pub struct Metadata<I> {
-    info: StoreInfo,
+    core: Arc<Core>,
     index: I,
+    /// Whether every byte `index` hands out was checked against `index.sum`
+    /// as it came in, so that no block needs a look on use.
+    held_checked: bool,
+}
+
+/// Everything of an opened store's metadata but its index.
+pub(crate) struct Core {
+    pub(crate) info: StoreInfo,
     blocks: IndexBlocks,
     pub(crate) decoder: Decoder,
     pub(crate) entry_size: usize,
@@ -148,7 +161,7 @@ pub struct Metadata<I> {
     pub(crate) dense_bytes: Option<u64>,
     /// Whether records are stored raw, their stored bytes their logical bytes.
     pub(crate) raw: bool,
-    index_path: PathBuf,
+    pub(crate) index_path: PathBuf,
     data_paths: Vec<PathBuf>,
 }
 
@@ -268,29 +281,40 @@ impl<I: IndexSource> Metadata<I> {
             }
         }
         let sums = parts.index_sums;
-        let blocks = if sums.is_empty() || index_len <= EAGER_INDEX_BYTES {
-            let whole = parts.index.bytes(0..index_len).ok_or_else(|| {
-                Error::Internal("the index source does not hold the whole index".into())
-            })?;
-            if xxh3_64(whole) != header.index_xxh3 {
-                return Err(Error::corrupt(
-                    &index_path,
-                    "index checksum mismatch (the index is damaged)",
-                ));
-            }
-            IndexBlocks {
-                all: true,
-                sums: Vec::new(),
-                checked: Vec::new(),
-            }
+        // An index its source holds whole is checked whole here when it is small
+        // or has no block checksums; one fetched on demand (the source holds
+        // none of it yet) is checked block by block as it comes in.
+        let whole = if sums.is_empty() || index_len <= EAGER_INDEX_BYTES {
+            parts.index.bytes(0..index_len)
         } else {
-            IndexBlocks {
+            None
+        };
+        let blocks = match whole {
+            Some(whole) => {
+                if xxh3_64(whole) != header.index_xxh3 {
+                    return Err(Error::corrupt(
+                        &index_path,
+                        "index checksum mismatch (the index is damaged)",
+                    ));
+                }
+                IndexBlocks {
+                    all: true,
+                    sums,
+                    checked: Vec::new(),
+                }
+            }
+            None if sums.is_empty() => {
+                return Err(Error::Internal(
+                    "an index without block checksums must be read whole".into(),
+                ))
+            }
+            None => IndexBlocks {
                 all: false,
                 sums,
                 checked: (0..index_len.div_ceil(INDEX_BLOCK_BYTES).div_ceil(64))
                     .map(|_| AtomicU64::new(0))
                     .collect(),
-            }
+            },
         };
         let decoder = Decoder::new(header.schema.codec, parts.dict.as_deref())
             .map_err(|e| Error::corrupt(name, e.to_string()))?;
@@ -308,35 +332,55 @@ impl<I: IndexSource> Metadata<I> {
             }
         }
         Ok(Metadata {
-            entry_size: header.schema.entry_size(),
-            raw: header.schema.codec == Codec::Raw,
-            dense_bytes,
-            data_paths: (0..header.shard_sizes.len())
-                .map(|f| name.join(format::data_file(f)))
-                .collect(),
-            index_path,
+            core: Arc::new(Core {
+                entry_size: header.schema.entry_size(),
+                raw: header.schema.codec == Codec::Raw,
+                dense_bytes,
+                data_paths: (0..header.shard_sizes.len())
+                    .map(|f| name.join(format::data_file(f)))
+                    .collect(),
+                index_path,
+                blocks,
+                decoder,
+                info: StoreInfo {
+                    path: name.to_path_buf(),
+                    header,
+                    attrs: parts.attrs,
+                    dict: parts.dict,
+                    options,
+                },
+            }),
             index: parts.index,
-            blocks,
-            decoder,
-            info: StoreInfo {
-                path: name.to_path_buf(),
-                header,
-                attrs: parts.attrs,
-                dict: parts.dict,
-                options,
-            },
+            held_checked: false,
         })
+    }
+
+    /// The metadata of the same store over another index source, sharing
+    /// everything else; the new source holds only bytes checked against
+    /// `index.sum` already.
+    pub(crate) fn rebind<J: IndexSource>(&self, index: J) -> Metadata<J> {
+        Metadata {
+            core: self.core.clone(),
+            index,
+            held_checked: true,
+        }
+    }
+
+    /// Everything but the index.
+    #[inline]
+    pub(crate) fn core(&self) -> &Core {
+        &self.core
     }
 
     /// What the store's small files say.
     pub fn info(&self) -> &StoreInfo {
-        &self.info
+        &self.core.info
     }
 
     /// Records in the store.
     #[inline]
     pub fn len(&self) -> u64 {
-        self.info.header.record_count
+        self.core.info.header.record_count
     }
 
     /// Whether the store holds no record.
@@ -347,24 +391,33 @@ impl<I: IndexSource> Metadata<I> {
     /// The schema of the store.
     #[inline]
     pub(crate) fn schema(&self) -> &Schema {
-        &self.info.header.schema
+        &self.core.info.header.schema
     }
 
     /// The path errors name for data file `file`, or for the index when the
     /// file does not exist.
     pub(crate) fn data_path(&self, file: usize) -> &Path {
-        self.data_paths.get(file).unwrap_or(&self.index_path)
+        self.core
+            .data_paths
+            .get(file)
+            .unwrap_or(&self.core.index_path)
     }
 
     /// Checks the whole index against its checksum in the header.
     pub fn check_index(&self) -> Result<()> {
-        let len = self.info.header.index_size as usize;
+        let len = self.core.info.header.index_size as usize;
         let whole = self.index.bytes(0..len).ok_or_else(|| {
             Error::Internal("the index source does not hold the whole index".into())
         })?;
-        if xxh3_64(whole) != self.info.header.index_xxh3 {
+        self.check_index_digest(xxh3_64(whole))
+    }
+
+    /// Checks `digest`, the xxh3-64 of the whole index however it was read (a
+    /// caller streaming it computes it in steps), against the header's.
+    pub fn check_index_digest(&self, digest: u64) -> Result<()> {
+        if digest != self.core.info.header.index_xxh3 {
             return Err(Error::corrupt(
-                &self.index_path,
+                &self.core.index_path,
                 "index checksum mismatch (the index is damaged)",
             ));
         }
@@ -374,48 +427,84 @@ impl<I: IndexSource> Metadata<I> {
     /// The raw bytes of entry `i`, after checking the index blocks they lie in.
     #[inline]
     pub(crate) fn entry_bytes(&self, i: u64) -> Result<&[u8]> {
-        let es = self.entry_size;
+        let es = self.core.entry_size;
         let at = usize::try_from(i).ok().and_then(|i| i.checked_mul(es));
         let Some((at, raw)) =
             at.and_then(|at| Some((at, self.index.bytes(at..at.checked_add(es)?)?)))
         else {
-            return Err(Error::OutOfRange {
-                index: i as i128,
-                len: self.len(),
-            });
+            return Err(self.entry_missing(i));
         };
-        if !self.blocks.all {
+        if !self.held_checked && !self.core.blocks.all {
             let (first, last) = (at / INDEX_BLOCK_BYTES, (at + es - 1) / INDEX_BLOCK_BYTES);
-            if !self.blocks.is_checked(first) {
+            if !self.core.blocks.is_checked(first) {
                 self.check_block(first)?;
             }
-            if last != first && !self.blocks.is_checked(last) {
+            if last != first && !self.core.blocks.is_checked(last) {
                 self.check_block(last)?;
             }
         }
         Ok(raw)
     }
 
+    /// Why entry `i` could not be had: a position past the end, or (a bug) an
+    /// index source that does not hold the entry of a position inside.
+    #[cold]
+    fn entry_missing(&self, i: u64) -> Error {
+        if i < self.len() {
+            Error::Internal(format!("the index entry of record {i} is not held"))
+        } else {
+            Error::OutOfRange {
+                index: i as i128,
+                len: self.len(),
+            }
+        }
+    }
+
     #[cold]
     fn check_block(&self, block: usize) -> Result<()> {
-        let start = block * INDEX_BLOCK_BYTES;
-        let len = self.info.header.index_size as usize;
         let bytes = self
             .index
-            .bytes(start..len.min(start + INDEX_BLOCK_BYTES))
+            .bytes(self.index_block_bytes(block))
             .ok_or_else(|| Error::Internal(format!("index block {block} is not held")))?;
+        self.check_block_sum(block, bytes)?;
+        self.core.blocks.mark(block);
+        Ok(())
+    }
+
+    /// Byte range of block `block` of the index: [`INDEX_BLOCK_BYTES`] but for
+    /// the last block, empty past the end.
+    pub(crate) fn index_block_bytes(&self, block: usize) -> Range<usize> {
+        let len = self.core.info.header.index_size as usize;
+        let start = block.saturating_mul(INDEX_BLOCK_BYTES).min(len);
+        start..len.min(start.saturating_add(INDEX_BLOCK_BYTES))
+    }
+
+    /// Checks `bytes`, read as index block `block`, against its checksum in
+    /// `index.sum`: the one rule for a block, however it was read.
+    pub(crate) fn check_block_sum(&self, block: usize, bytes: &[u8]) -> Result<()> {
         let want = self
+            .core
             .blocks
             .sums
-            .get(block * 8..block * 8 + 8)
+            .get(block.saturating_mul(8)..block.saturating_mul(8).saturating_add(8))
             .map(|w| le_u64(w, 0));
+        let range = self.index_block_bytes(block);
+        if bytes.len() != range.len() {
+            return Err(Error::corrupt(
+                &self.core.index_path,
+                format!(
+                    "index block {block} is {} bytes where the index holds {} (the index is damaged)",
+                    bytes.len(),
+                    range.len()
+                ),
+            ));
+        }
         if want != Some(xxh3_64(bytes)) {
             return Err(Error::corrupt(
-                &self.index_path,
+                &self.core.index_path,
                 format!("index block {block} checksum mismatch (the index is damaged)"),
             ));
         }
-        self.blocks.mark(block);
         Ok(())
     }
 
@@ -424,7 +513,7 @@ impl<I: IndexSource> Metadata<I> {
     pub(crate) fn prefetch_entry(&self, q: u64) {
         if let Some(at) = usize::try_from(q)
             .ok()
-            .and_then(|q| q.checked_mul(self.entry_size))
+            .and_then(|q| q.checked_mul(self.core.entry_size))
         {
             if let Some(b) = self.index.bytes(at..at.saturating_add(1)) {
                 prefetch(b.as_ptr());
@@ -435,7 +524,7 @@ impl<I: IndexSource> Metadata<I> {
     /// Logical bytes of record `i` whose entry bytes are `raw`.
     #[inline]
     fn logical_bytes(&self, i: u64, raw: &[u8]) -> Result<u64> {
-        if let Some(n) = self.dense_bytes {
+        if let Some(n) = self.core.dense_bytes {
             return Ok(n);
         }
         raw[ENTRY_FIXED..]
@@ -446,7 +535,7 @@ impl<I: IndexSource> Metadata<I> {
             .filter(|&n| n <= MAX_RECORD_BYTES)
             .ok_or_else(|| {
                 Error::corrupt_record(
-                    &self.index_path,
+                    &self.core.index_path,
                     i,
                     "its shape is out of range (over the 2 GiB record limit)",
                 )
@@ -462,12 +551,13 @@ impl<I: IndexSource> Metadata<I> {
         let logical = self.logical_bytes(i, raw)?;
         let stored = e.stored_len as u64;
         let in_file = self
+            .core
             .info
             .header
             .shard_sizes
             .get(e.file as usize)
             .is_some_and(|&size| e.offset.checked_add(stored).is_some_and(|end| end <= size));
-        let fits = if self.raw {
+        let fits = if self.core.raw {
             stored == logical
         } else {
             stored.saturating_mul(MAX_EXPANSION) >= logical
@@ -481,7 +571,7 @@ impl<I: IndexSource> Metadata<I> {
 
     #[cold]
     fn entry_error(&self, i: u64, e: &Entry, logical: u64) -> Error {
-        let msg = match self.info.header.shard_sizes.get(e.file as usize) {
+        let msg = match self.core.info.header.shard_sizes.get(e.file as usize) {
             None => format!("data file {} does not exist", e.file),
             Some(&size)
                 if e.offset
@@ -498,7 +588,7 @@ impl<I: IndexSource> Metadata<I> {
                 e.stored_len
             ),
         };
-        Error::corrupt_record(&self.index_path, i, msg)
+        Error::corrupt_record(&self.core.index_path, i, msg)
     }
 
     /// The checked entry of record `i` (as a gather would check it) and the

@@ -77,7 +77,7 @@ impl<I: IndexSource> Metadata<I> {
         par: &dyn Parallel,
     ) -> Result<Plan<'a>> {
         self.check_positions(idx)?;
-        if let (Some(rb), true) = (self.dense_bytes, self.raw) {
+        if let (Some(rb), true) = (self.core().dense_bytes, self.core().raw) {
             // Opening checked that a record of this size fits in a data file, so
             // the output is backed by data; the entries are checked as they are
             // read.
@@ -134,7 +134,7 @@ impl<I: IndexSource> Metadata<I> {
         src: &S,
         par: &dyn Parallel,
     ) -> Result<(Vec<Entry>, Vec<u64>)> {
-        let parts = if self.raw {
+        let parts = if self.core().raw {
             1
         } else {
             par.parts(usize::MAX, true)
@@ -166,7 +166,7 @@ impl<I: IndexSource> Metadata<I> {
     /// ahead asked for.
     fn check_part<S: PayloadSource + ?Sized>(&self, ids: &[u64], src: &S) -> CheckedPart {
         let (entries, logicals) = self.resolve_sized(ids)?;
-        if self.raw {
+        if self.core().raw {
             return Ok((entries, logicals));
         }
         for (k, (&p, e)) in ids.iter().zip(&entries).enumerate() {
@@ -228,7 +228,7 @@ impl<I: IndexSource> Metadata<I> {
         pos: u64,
         logical: u64,
     ) -> Result<()> {
-        if self.raw {
+        if self.core().raw {
             return Ok(());
         }
         let stored = self.stored(src, e)?;

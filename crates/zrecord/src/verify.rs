@@ -42,7 +42,7 @@ impl<I: IndexSource> Metadata<I> {
     }
 
     fn verify_in<S: PayloadSource + ?Sized>(&self, range: Range<u64>, src: &S) -> Result<()> {
-        let mut session = self.decoder.session();
+        let mut session = self.core().decoder.session();
         let mut scratch: Vec<u8> = Vec::new();
         for i in range {
             let (e, logical) = self.checked_entry(i)?;
