@@ -1,7 +1,7 @@
 """Real servers on 127.0.0.1 for the remote-store tests and the remote benchmark.
 
 - ``RangeServer``: serves a directory over HTTP/1.1 with byte ranges, ETags and
-  Last-Modified, counting requests per path.
+  Last-Modified, counting requests and body bytes per path.
 - ``FaultProxy``: forwards to an upstream server, adding latency, a slow body, or
   faults (error statuses, truncated bodies, connection resets) to the next requests.
 - ``MotoS3``: moto's S3-compatible server in a child process, with bucket creation
@@ -162,6 +162,7 @@ class _Base:
         self._counts: Counter[str] = Counter()
         self._log: list[tuple[str, str, str | None]] = []
         self._body_bytes = 0
+        self._path_bytes: Counter[str] = Counter()
         self._count_lock = threading.Lock()
 
     @property
@@ -206,14 +207,21 @@ class _Base:
             self._counts[path] += 1
             self._log.append((method, path, range_header))
 
-    def sent(self, n: int) -> None:
+    def sent(self, n: int, path: str | None = None) -> None:
         with self._count_lock:
             self._body_bytes += n
+            if path is not None:
+                self._path_bytes[path] += n
 
     def body_bytes(self) -> int:
         """Bytes of response bodies sent, in all."""
         with self._count_lock:
             return self._body_bytes
+
+    def bytes_of(self, path: str) -> int:
+        """Bytes of response bodies sent for ``path`` (counted by the file server)."""
+        with self._count_lock:
+            return self._path_bytes[path]
 
     def requests(self, path: str | None = None) -> int:
         """Requests received for ``path`` (URL path, e.g. ``/store/meta.json``), or in all."""
@@ -229,6 +237,7 @@ class _Base:
         with self._count_lock:
             self._counts.clear()
             self._body_bytes = 0
+            self._path_bytes.clear()
             self._log.clear()
 
 
@@ -340,7 +349,7 @@ class _FileHandler(BaseHTTPRequestHandler):
                     self.close_connection = True
                     return
                 # Counted before it goes out, so a client that has the bytes sees them counted.
-                owner.sent(len(data))
+                owner.sent(len(data), path)
                 self.wfile.write(data)
                 pos += len(data)
 

@@ -54,6 +54,7 @@ fn constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("INDEX_SUMS_FILE", zrecord::INDEX_SUMS_FILE)?;
     m.add("DICT_FILE", zrecord::DICT_FILE)?;
     m.add("ATTRS_FILE", zrecord::ATTRS_FILE)?;
+    m.add("INDEX_BLOCK_BYTES", zrecord::INDEX_BLOCK_BYTES)?;
     m.add("SIZES_STEP_RECORDS", zrecord::SIZES_STEP_RECORDS)?;
     m.add("VERIFY_STEP_BYTES", zrecord::VERIFY_STEP_BYTES)?;
     m.add("ZSTD_LEVEL", zrecord::ZSTD_LEVEL)?;
@@ -92,6 +93,10 @@ fn constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add("MAX_CONCURRENCY", loaderx_remote::MAX_CONCURRENCY)?;
     m.add("MAX_RETRIES", loaderx_remote::MAX_RETRIES)?;
+    m.add(
+        "DEFAULT_INDEX_MEMORY_BYTES",
+        loaderx_remote::DEFAULT_INDEX_MEMORY_BYTES,
+    )?;
     m.add(
         "DEFAULT_CACHE_MAX_BYTES",
         loaderx_remote::DEFAULT_CACHE_MAX_BYTES,

@@ -29,6 +29,7 @@
 mod cache;
 mod cause;
 mod fetch;
+mod index;
 mod location;
 mod options;
 mod runtime;
@@ -36,6 +37,7 @@ mod store;
 mod upload;
 
 pub use cache::{Cache, DEFAULT_CACHE_BLOCK_BYTES, DEFAULT_CACHE_MAX_BYTES};
+pub use index::DEFAULT_INDEX_MEMORY_BYTES;
 pub use loaderx_gather::{Error, Result};
 pub use location::{is_url, Location};
 pub use options::{

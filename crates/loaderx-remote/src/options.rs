@@ -130,7 +130,7 @@ const CLIENT_DURATIONS: [&str; 6] = [
 
 /// The storage options loaderx reads itself rather than passing to
 /// `object_store`: `from_env` and the [`FetchOptions`].
-pub const LOADERX_OPTIONS: [&str; 7] = [
+pub const LOADERX_OPTIONS: [&str; 8] = [
     "from_env",
     "max_concurrency",
     "coalesce_gap",
@@ -138,6 +138,7 @@ pub const LOADERX_OPTIONS: [&str; 7] = [
     "retries",
     "retry_backoff",
     "request_timeout",
+    "index_memory_bytes",
 ];
 
 /// How a remote store fetches. Each field is a storage option of the same name.
@@ -162,6 +163,9 @@ pub struct FetchOptions {
     pub retry_backoff: Duration,
     /// Longest one attempt may take, body included, before it counts as failed.
     pub request_timeout: Duration,
+    /// Most bytes of index blocks the store keeps in memory between reads
+    /// (see [`crate::DEFAULT_INDEX_MEMORY_BYTES`]); zero keeps none.
+    pub index_memory_bytes: u64,
 }
 
 /// Requests in flight per store unless the caller says otherwise: enough to keep
@@ -187,6 +191,7 @@ impl Default for FetchOptions {
             retries: 5,
             retry_backoff: Duration::from_millis(100),
             request_timeout: Duration::from_secs(30),
+            index_memory_bytes: crate::index::DEFAULT_INDEX_MEMORY_BYTES,
         }
     }
 }
@@ -235,6 +240,7 @@ impl FetchOptions {
                         ))
                     })?
             }
+            "index_memory_bytes" => self.index_memory_bytes = value.count(key)?,
             _ => return Err(Error::internal(format!("{key} is not a fetch option"))),
         }
         Ok(())
@@ -307,6 +313,7 @@ mod tests {
             ("Retries", Int(0)),
             ("retry_backoff", Float(0.25)),
             ("request_timeout", Int(3)),
+            ("index_memory_bytes", Str("0".into())),
             ("from_env", Bool(true)),
             ("allow_http", Bool(true)),
             ("http2_max_frame_size", Int(65536)),
@@ -323,6 +330,7 @@ mod tests {
                 retries: 0,
                 retry_backoff: Duration::from_millis(250),
                 request_timeout: Duration::from_secs(3),
+                index_memory_bytes: 0,
             }
         );
         assert!(s.from_env);
@@ -372,6 +380,11 @@ mod tests {
                 r#"retries must be a non-negative integer, got "x""#,
             ),
             ("retries", Int(101), "retries must be in 0..=100, got 101"),
+            (
+                "index_memory_bytes",
+                Int(-1),
+                "index_memory_bytes must be a non-negative integer, got -1",
+            ),
             (
                 "retries",
                 Bool(true),

@@ -9,10 +9,13 @@ use bytes::Bytes;
 use loaderx_gather::{Allocator, Begun, Error, RecordSource, Records, Result, THREADS};
 use tokio::task::JoinHandle;
 use xxhash_rust::xxh3::xxh3_64;
-use zrecord::{data_file, Entry, Metadata, Parts, ReadOptions, StoreInfo, VERIFY_STEP_BYTES};
+use zrecord::{
+    data_file, Entry, IndexSource, Metadata, Parts, ReadOptions, StoreInfo, VERIFY_STEP_BYTES,
+};
 
 use crate::cache::Cache;
 use crate::fetch::{plan_requests, BlockKey, Fetcher, Request, Spans};
+use crate::index::{Blocks, Memory, RemoteIndex, Use, View, STEP_BLOCKS};
 use crate::location::Location;
 use crate::options::{FetchOptions, OptionValue};
 use crate::runtime::{block_on, pid, spawn};
@@ -35,7 +38,11 @@ struct Shared {
     /// since the parent's connections and waiting requests belong to the
     /// parent's runtime.
     fetcher: Mutex<(u32, Arc<Fetcher>)>,
-    meta: Metadata<Vec<u8>>,
+    meta: Metadata<RemoteIndex>,
+    /// Index blocks kept between reads.
+    index: Memory,
+    /// Whether the index is fetched on demand rather than read whole at open.
+    on_demand: bool,
     /// The data files' sizes from the header, shared with every fetch.
     sizes: Arc<[u64]>,
     cache: Option<Arc<Cache>>,
@@ -102,7 +109,8 @@ impl Pending {
             })?
         })?;
         let idx = &self.idx;
-        match store.fill(idx, &fetched.spans, allocator) {
+        let view = fetched.view.as_ref();
+        match store.fill(view, idx, &fetched.spans, allocator) {
             Err(e)
                 if !fetched.cached.is_empty()
                     && matches!(e.format(), Some(zrecord::Error::Corrupt { .. })) =>
@@ -114,7 +122,7 @@ impl Pending {
                     }
                 }
                 let (spans, _) = block_on(source.fetch(&fetched.entries, false))?;
-                store.fill(idx, &spans, allocator)
+                store.fill(view, idx, &spans, allocator)
             }
             other => other,
         }
@@ -195,6 +203,9 @@ impl Begun for BegunGather {
 /// The stored bytes of a gather's records, and which cached blocks they came
 /// from (dropped if a record in them turns out damaged).
 struct Fetched {
+    /// The store over the index blocks the gather needs; `None` for an index
+    /// read whole at open.
+    view: Option<View>,
     entries: Vec<Entry>,
     spans: Spans,
     cached: Vec<BlockKey>,
@@ -235,6 +246,8 @@ impl RemoteStore {
         let meta = block_on(open_parts(&fetcher, cache.as_deref()))?;
         Ok(RemoteStore(Arc::new(Shared {
             loc,
+            on_demand: meta.info().header().version >= 2,
+            index: Memory::new(opts.index_memory_bytes),
             opts,
             fetcher: Mutex::new((pid(), fetcher)),
             sizes: meta.info().header().shard_sizes.as_slice().into(),
@@ -248,9 +261,58 @@ impl RemoteStore {
         self.0.loc.url()
     }
 
-    /// The store's metadata: its header, schema and index.
-    pub fn meta(&self) -> &Metadata<Vec<u8>> {
+    /// The store's metadata: its header and schema. Its index is fetched on
+    /// demand, block by block, for each read (a version 1 store's, which has
+    /// no block checksums, is read whole at open).
+    pub fn meta(&self) -> &Metadata<impl IndexSource> {
         &self.0.meta
+    }
+
+    /// Bytes and number of index blocks the store keeps in memory now.
+    pub fn index_held(&self) -> (u64, usize) {
+        self.0.index.held()
+    }
+
+    /// The store over the index blocks `needed`, from memory, the cache or
+    /// object storage as `how` allows; `None` when the index was read whole.
+    async fn view(
+        &self,
+        fetcher: &Fetcher,
+        needed: Option<Vec<usize>>,
+        how: Use,
+    ) -> Result<Option<View>> {
+        let Some(needed) = needed else {
+            return Ok(None);
+        };
+        let blocks = Blocks {
+            meta: &self.0.meta,
+            fetcher,
+            cache: self.0.cache.as_ref(),
+            memory: &self.0.index,
+        };
+        let got = blocks.get(&needed, how).await?;
+        Ok(Some(self.0.meta.with_blocks(got)?))
+    }
+
+    /// The view over the index blocks of the records in `range`, fetched now.
+    fn range_view(&self, range: &Range<u64>, how: Use) -> Result<Option<View>> {
+        if !self.on_demand() {
+            return Ok(None);
+        }
+        let needed: Vec<usize> = self.0.meta.index_blocks_in(range)?.collect();
+        let source = self.source()?;
+        block_on(self.view(&source.fetcher, Some(needed), how))
+    }
+
+    fn on_demand(&self) -> bool {
+        self.0.on_demand
+    }
+
+    /// Records of a step over a range: those whose entries fill about
+    /// [`STEP_BLOCKS`] index blocks.
+    fn step_records(&self) -> u64 {
+        let es = self.0.meta.info().schema().entry_size() as u64;
+        (STEP_BLOCKS as u64 * zrecord::INDEX_BLOCK_BYTES as u64 / es).max(1)
     }
 
     /// How the store fetches.
@@ -284,11 +346,21 @@ impl RemoteStore {
     /// The requests share the store's budget of requests in flight with every
     /// other gather begun and not finished.
     pub fn begin(&self, idx: &[u64]) -> Result<Pending> {
-        let entries = self.meta().entries(idx)?;
+        let meta = &self.0.meta;
+        // Positions are checked here, before anything is fetched.
+        let blocks = meta.index_blocks(idx)?;
+        let needed = self.on_demand().then_some(blocks);
         let source = self.source()?;
+        let (store, ids) = (self.clone(), idx.to_vec());
         let task = spawn(async move {
+            let view = store.view(&source.fetcher, needed, Use::Gather).await?;
+            let entries = match &view {
+                Some(v) => v.entries(&ids)?,
+                None => store.0.meta.entries(&ids)?,
+            };
             let (spans, cached) = source.fetch(&entries, true).await?;
             Ok(Fetched {
+                view,
                 entries,
                 spans,
                 cached,
@@ -302,20 +374,43 @@ impl RemoteStore {
         })
     }
 
-    fn fill(&self, idx: &[u64], spans: &Spans, allocator: &Allocator) -> Result<Records> {
-        let meta = self.meta();
-        let plan = meta.plan(idx, spans, &THREADS)?;
-        let block = allocator.fill(plan.output_len(), meta.info().decodes(), |out| {
-            Ok(meta.gather(&plan, out, &THREADS, spans)?)
-        })?;
-        Ok((block, plan.layout().cloned()))
+    fn fill(
+        &self,
+        view: Option<&View>,
+        idx: &[u64],
+        spans: &Spans,
+        allocator: &Allocator,
+    ) -> Result<Records> {
+        match view {
+            Some(v) => fill(v, idx, spans, allocator),
+            None => fill(&self.0.meta, idx, spans, allocator),
+        }
     }
 
     /// The part of a verify that is not per record: the whole index against its
-    /// checksum, and every data file at the header's size.
+    /// checksum (streamed from object storage a step at a time, each block
+    /// checked as it comes), and every data file at the header's size.
     pub fn verify_files(&self) -> Result<()> {
-        self.meta().check_index()?;
         let source = self.source()?;
+        let meta = &self.0.meta;
+        if !self.on_demand() {
+            meta.check_index()?;
+        } else {
+            let blocks = Blocks {
+                meta,
+                fetcher: &source.fetcher,
+                cache: None,
+                memory: &self.0.index,
+            };
+            let mut whole = xxhash_rust::xxh3::Xxh3::new();
+            let all: Vec<usize> = (0..meta.index_block_count()).collect();
+            for step in all.chunks(STEP_BLOCKS) {
+                for b in block_on(blocks.get(step, Use::Verify))? {
+                    whole.update(b.bytes());
+                }
+            }
+            meta.check_index_digest(whole.digest())?;
+        }
         block_on(check_sizes(&source.fetcher, &source.sizes))
     }
 
@@ -323,8 +418,7 @@ impl RemoteStore {
     /// verify checks them. The data files are streamed from object storage
     /// (never from the cache) a bounded step at a time.
     pub fn verify_records(&self, range: Range<u64>) -> Result<()> {
-        let meta = self.meta();
-        let n = meta.len();
+        let n = self.0.meta.len();
         if range.start > range.end || range.end > n {
             return Err(Error::invalid(format!(
                 "records {}..{} are not a range of a store of {n} records",
@@ -333,8 +427,13 @@ impl RemoteStore {
         }
         let mut start = range.start;
         while start < range.end {
-            let ids: Vec<u64> = (start..range.end.min(start + VERIFY_RECORDS)).collect();
-            let mut entries = meta.entries(&ids)?;
+            let stop = range.end.min(start + VERIFY_RECORDS);
+            let view = self.range_view(&(start..stop), Use::Scan)?;
+            let ids: Vec<u64> = (start..stop).collect();
+            let mut entries = match &view {
+                Some(v) => v.entries(&ids)?,
+                None => self.0.meta.entries(&ids)?,
+            };
             let mut bytes = 0u64;
             let keep = entries
                 .iter()
@@ -346,7 +445,10 @@ impl RemoteStore {
             entries.truncate(keep);
             let end = start + keep as u64;
             let (spans, _) = block_on(self.source()?.fetch(&entries, false))?;
-            meta.verify_records(start..end, &THREADS, &spans)?;
+            match &view {
+                Some(v) => v.verify_records(start..end, &THREADS, &spans)?,
+                None => self.0.meta.verify_records(start..end, &THREADS, &spans)?,
+            }
             start = end;
         }
         Ok(())
@@ -384,12 +486,40 @@ impl RecordSource for RemoteStore {
     }
 
     fn each_size(&self, range: Range<u64>, each: &mut dyn FnMut(u64, u64)) -> Result<()> {
-        Ok(self.meta().record_sizes(range, each)?)
+        let meta = &self.0.meta;
+        if !self.on_demand() {
+            return Ok(meta.record_sizes(range, each)?);
+        }
+        meta.index_blocks_in(&range)?;
+        let step = self.step_records();
+        let mut start = range.start;
+        while start < range.end {
+            let stop = range.end.min(start.saturating_add(step));
+            if let Some(v) = self.range_view(&(start..stop), Use::Scan)? {
+                v.record_sizes(start..stop, &mut *each)?;
+            }
+            start = stop;
+        }
+        Ok(())
     }
 
     fn each_length(&self, range: Range<u64>, each: &mut dyn FnMut(u64)) -> Result<()> {
         Ok(self.meta().record_lengths(range, each)?)
     }
+}
+
+/// Plans and decodes a gather over `meta`, the store or a view of it.
+fn fill<I: IndexSource>(
+    meta: &Metadata<I>,
+    idx: &[u64],
+    spans: &Spans,
+    allocator: &Allocator,
+) -> Result<Records> {
+    let plan = meta.plan(idx, spans, &THREADS)?;
+    let block = allocator.fill(plan.output_len(), meta.info().decodes(), |out| {
+        Ok(meta.gather(&plan, out, &THREADS, spans)?)
+    })?;
+    Ok((block, plan.layout().cloned()))
 }
 
 impl Source {
@@ -685,7 +815,7 @@ async fn small(
 
 /// Reads and checks everything but the records: the header first, then the
 /// other small files and the data files' sizes, concurrently.
-async fn open_parts(fetcher: &Fetcher, cache: Option<&Cache>) -> Result<Metadata<Vec<u8>>> {
+async fn open_parts(fetcher: &Fetcher, cache: Option<&Cache>) -> Result<Metadata<RemoteIndex>> {
     let loc = fetcher.loc();
     let hname = zrecord::HEADER_FILE;
     let size = match fetcher.size_of(hname).await? {
@@ -721,15 +851,23 @@ async fn open_parts(fetcher: &Fetcher, cache: Option<&Cache>) -> Result<Metadata
             n => small(fetcher, cache, id, file, n, sum).await.map(Some),
         }
     };
+    // A store with block checksums has its index fetched on demand; one
+    // without (version 1) has it read whole here.
     let (index, index_sums, dict, attrs, ()) = futures::try_join!(
-        small(
-            fetcher,
-            cache,
-            id,
-            zrecord::INDEX_FILE,
-            header.index_size,
-            header.index_xxh3
-        ),
+        async {
+            if header.version >= 2 {
+                return Ok(RemoteIndex::OnDemand(header.index_size));
+            }
+            let whole = small(
+                fetcher,
+                cache,
+                id,
+                zrecord::INDEX_FILE,
+                header.index_size,
+                header.index_xxh3,
+            );
+            Ok(RemoteIndex::Whole(whole.await?))
+        },
         async {
             Ok(
                 optional(sums_size, zrecord::INDEX_SUMS_FILE, header.index_sums_xxh3)

@@ -27,6 +27,7 @@ class StorageOptions(TypedDict, total=False):
     retries: _Count
     retry_backoff: _Seconds
     request_timeout: _Seconds
+    index_memory_bytes: _Count
 
     # object_store's HTTP client, for every kind of store but file://.
     allow_http: _Flag

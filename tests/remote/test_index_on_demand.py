@@ -1,0 +1,269 @@
+"""A remote store's index is fetched on demand: opening reads the header, the
+dictionary, the attributes and index.sum (whatever the record count), a gather
+fetches exactly the index blocks its records' entries lie in, each checked
+against index.sum, so that a damaged or replaced block is an error naming the
+store and the block; blocks are kept in memory within a budget and in the block
+cache, where a second process finds them. Every request is counted by a real
+HTTP server on 127.0.0.1."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from remote_servers import HTTP_STORAGE_OPTIONS, RangeServer
+
+from conftest import host
+from loaderx import _native
+from loaderx.errors import InvalidArgumentError, ZrecordError
+from loaderx.zrecord import Cache, Dense, Ragged, RaggedBatch
+
+BLOCK = _native.INDEX_BLOCK_BYTES
+CODECS = ["raw", "zstd", "zstd_dict"]
+
+
+def tiny_store(path, n):
+    """A Dense uint8 store of `n` scalar records (record i holds i % 251): its
+    index is 24 bytes a record, its data one byte a record."""
+    with Dense.create(path, np.uint8, (), codec="raw", data_shards=1) as w:
+        w.append((np.arange(n) % 251).astype(np.uint8))
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A server over stores of 10 thousand and 10 million tiny records."""
+    root = tmp_path_factory.mktemp("tiny")
+    tiny_store(root / "small", 10_000)
+    tiny_store(root / "big", 10_000_000)
+    with RangeServer(root) as server:
+        yield server, root
+
+
+def index_ranges(server, store):
+    """The byte ranges (start, end) asked of `store`'s index.bin, sorted."""
+    out = []
+    for method, path, rng in server.log():
+        if path == f"/{store}/index.bin":
+            assert method == "GET" and rng is not None, (method, rng)
+            a, b = rng.removeprefix("bytes=").split("-")
+            out.append((int(a), int(b) + 1))
+    return sorted(out)
+
+
+def blocks_of(positions, entry, index_size):
+    """The byte ranges of the index blocks the entries of `positions` lie in,
+    neighbouring blocks in one range."""
+    blocks = sorted(
+        {p * entry // BLOCK for p in positions}
+        | {(p * entry + entry - 1) // BLOCK for p in positions}
+    )
+    runs = []
+    for b in blocks:
+        if runs and runs[-1][1] == b:
+            runs[-1][1] = b + 1
+        else:
+            runs.append([b, b + 1])
+    return [(a * BLOCK, min(z * BLOCK, index_size)) for a, z in runs]
+
+
+def test_opening_costs_the_same_whatever_the_record_count(tiny):
+    server, root = tiny
+    seen = {}
+    for name in ("small", "big"):
+        server.reset_counts()
+        r = Dense.open(f"{server.url}/{name}", storage_options=HTTP_STORAGE_OPTIONS)
+        assert len(r) == {"small": 10_000, "big": 10_000_000}[name]
+        log = [(m, p.removeprefix(f"/{name}/"), rng) for m, p, rng in server.log()]
+        sums = (root / name / "index.sum").stat().st_size
+        assert ("GET", "index.sum", f"bytes=0-{sums - 1}") in log
+        assert server.bytes_of(f"/{name}/index.sum") == sums
+        assert server.requests(f"/{name}/index.bin") == 0
+        rest = sorted((e for e in log if e[1] != "index.sum"), key=str)
+        seen[name] = (rest, server.body_bytes() - sums)
+        r.close()
+    assert seen["small"] == seen["big"]
+    assert [e[:2] for e in seen["big"][0]] == [
+        ("GET", "header.bin"),
+        ("HEAD", "data-000.bin"),
+        ("HEAD", "header.bin"),
+    ]
+    # The big store's index is 240 MB; its checksums are 8 bytes per block.
+    assert (root / "big" / "index.bin").stat().st_size == 240_000_000
+    assert (root / "big" / "index.sum").stat().st_size == 240_000_000 // BLOCK * 8 + 8
+
+
+def test_a_first_gather_fetches_only_the_index_blocks_it_touches(tiny):
+    server, _ = tiny
+    n = 10_000_000
+    # 2730's entry crosses from block 0 into block 1; the others lie in one block.
+    positions = np.array([5_000_000, 2730, n - 1, 0, 5_000_001], dtype=np.int64)
+    want = (positions % 251).astype(np.uint8)
+    r = Dense.open(f"{server.url}/big", storage_options=HTTP_STORAGE_OPTIONS)
+    server.reset_counts()
+    np.testing.assert_array_equal(host(r[positions]), want)
+    expected = blocks_of(positions.tolist(), 24, 24 * n)
+    assert expected == [
+        (0, 2 * BLOCK),
+        (120_000_000 // BLOCK * BLOCK, (120_000_000 // BLOCK + 1) * BLOCK),
+        (24 * (n - 1) // BLOCK * BLOCK, 24 * n),
+    ]
+    assert index_ranges(server, "big") == expected
+    assert server.bytes_of("/big/index.bin") == sum(b - a for a, b in expected)
+    # Kept in memory: the same records again ask for no index block.
+    server.reset_counts()
+    np.testing.assert_array_equal(host(r[positions]), want)
+    assert server.requests("/big/index.bin") == 0
+    r.close()
+    # With no memory for index blocks, each gather fetches its own.
+    opts = {**HTTP_STORAGE_OPTIONS, "index_memory_bytes": 0}
+    r = Dense.open(f"{server.url}/big", storage_options=opts)
+    for _ in range(2):
+        server.reset_counts()
+        np.testing.assert_array_equal(host(r[positions]), want)
+        assert index_ranges(server, "big") == expected
+    r.close()
+
+
+def test_a_bad_memory_budget_is_refused_naming_its_key(tiny):
+    server, _ = tiny
+    for bad in (-1, "lots", 1.5):
+        opts = {**HTTP_STORAGE_OPTIONS, "index_memory_bytes": bad}
+        with pytest.raises(InvalidArgumentError, match="storage option index_memory_bytes"):
+            Dense.open(f"{server.url}/small", storage_options=opts)
+    assert _native.DEFAULT_INDEX_MEMORY_BYTES == 64 << 20
+    assert "index_memory_bytes" in _native.LOADERX_STORAGE_OPTIONS
+
+
+def write_store(path, kind, codec, n):
+    """A store of `n` records whose index spans several blocks; returns them."""
+    rng = np.random.default_rng(7)
+    dict_bytes = bytes(range(256)) * 8 if codec == "zstd_dict" else None
+    if kind == "dense":
+        values = rng.integers(0, 50, size=(n, 6, 5)).astype(np.float32)
+        with Dense.create(path, np.float32, (6, 5), codec=codec, dict_bytes=dict_bytes) as w:
+            w.append(values)
+        return values
+    records = [
+        rng.integers(0, 9, size=(int(rng.integers(0, 12)), 3)).astype(np.int16) for _ in range(n)
+    ]
+    with Ragged.create(path, np.int16, ndim=2, codec=codec, dict_bytes=dict_bytes) as w:
+        w.append(RaggedBatch.from_records(records))
+    return records
+
+
+def same(got, want, kind):
+    if kind == "dense":
+        np.testing.assert_array_equal(host(got), want)
+    else:
+        tensors = [host(t) for t in got.to_tensors()]
+        assert len(tensors) == len(want)
+        for g, w in zip(tensors, want, strict=True):
+            np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("kind", ["dense", "ragged"])
+@pytest.mark.parametrize("codec", CODECS)
+def test_values_equal_the_local_store(tmp_path, range_server, kind, codec):
+    n = 9_000
+    want = write_store(tmp_path / "s", kind, codec, n)
+    opener = Dense.open if kind == "dense" else Ragged.open
+    local = opener(tmp_path / "s")
+    assert (tmp_path / "s" / "index.bin").stat().st_size > 3 * BLOCK
+    # Room for one block between gathers: most gathers fetch again.
+    opts = {**HTTP_STORAGE_OPTIONS, "index_memory_bytes": BLOCK}
+    with opener(range_server.url + "/s", storage_options=opts) as r:
+        rng = np.random.default_rng(3)
+        for positions in (rng.integers(0, n, 64), np.arange(n), np.arange(n)[::-1].copy()):
+            pick = [want[p] for p in positions] if kind == "ragged" else want[positions]
+            same(r[positions], pick, kind)
+        got, expect = r.record_sizes(), local.record_sizes()
+        np.testing.assert_array_equal(got.logical, expect.logical)
+        np.testing.assert_array_equal(got.stored, expect.stored)
+        sizes = r.record_sizes(2000, 2100)
+        np.testing.assert_array_equal(sizes.stored, expect.stored[2000:2100])
+        assert r.stats() == local.stats()
+        r.verify()
+        r.verify(progress=lambda *a: None)
+
+
+def damaged_copy(tmp_path, how):
+    """A served copy of a store whose index block 2 is damaged `how`."""
+    want = write_store(tmp_path / "s", "dense", "zstd", 9_000)
+    shutil.copytree(tmp_path / "s", tmp_path / "served" / "s")
+    index = tmp_path / "served" / "s" / "index.bin"
+    data = bytearray(index.read_bytes())
+    if how == "flipped":
+        data[2 * BLOCK + 100] ^= 0x01
+    else:
+        # Well-formed entries in the wrong place: block 1's bytes as block 2.
+        data[2 * BLOCK : 3 * BLOCK] = data[BLOCK : 2 * BLOCK]
+    index.write_bytes(bytes(data))
+    return want
+
+
+@pytest.mark.parametrize("how", ["flipped", "replaced"])
+def test_a_damaged_index_block_is_an_error_naming_the_store_and_block(tmp_path, how):
+    want = damaged_copy(tmp_path, how)
+    with RangeServer(tmp_path / "served") as server:
+        url = server.url + "/s"
+        r = Dense.open(url, storage_options=HTTP_STORAGE_OPTIONS)
+        # Block 2 holds the entries of records 5462 to 8191.
+        np.testing.assert_array_equal(host(r[[0, 2000, 8500]]), want[[0, 2000, 8500]])
+        message = f"{url}/index.bin: index block 2 checksum mismatch (the index is damaged)"
+        for read in (
+            lambda: r[[0, 6000]],
+            lambda: r.record_sizes(5000, 6000),
+            lambda: r.stats(),
+            lambda: r.verify(),
+        ):
+            with pytest.raises(ZrecordError) as e:
+                read()
+            assert str(e.value) == message
+        # Nothing of the damaged block was kept: asking again fetches it again.
+        server.reset_counts()
+        with pytest.raises(ZrecordError, match="index block 2 checksum mismatch"):
+            r[[6000]]
+        assert index_ranges(server, "s") == [(2 * BLOCK, 3 * BLOCK)]
+        r.close()
+
+
+CHILD = """
+import json, sys
+import numpy as np
+from loaderx.zrecord import Cache, Dense
+url, cache, positions = json.loads(sys.argv[1])
+r = Dense.open(url, storage_options={"allow_http": "true"}, cache=Cache(cache))
+print(json.dumps(np.asarray(r[positions]).tolist()))
+"""
+
+
+def test_a_second_process_reads_index_blocks_from_the_cache(tmp_path, range_server):
+    want = write_store(tmp_path / "s", "dense", "zstd", 9_000)
+    url = range_server.url + "/s"
+    positions = [0, 3000, 6000, 8999]
+    with Dense.open(url, storage_options=HTTP_STORAGE_OPTIONS, cache=Cache(tmp_path / "c")) as r:
+        np.testing.assert_array_equal(host(r[positions]), want[positions])
+    assert range_server.bytes_of("/s/index.bin") == 4 * BLOCK + (9_000 * 24 - 4 * BLOCK)
+
+    def child():
+        range_server.reset_counts()
+        arg = json.dumps([url, str(tmp_path / "c"), positions])
+        out = subprocess.run(
+            [sys.executable, "-c", CHILD, arg], check=True, capture_output=True, timeout=120
+        )
+        np.testing.assert_array_equal(np.array(json.loads(out.stdout)), want[positions])
+
+    child()
+    assert range_server.requests("/s/index.bin") == 0
+    # A damaged cached block is dropped and fetched again, never read.
+    cached = [p for p in (tmp_path / "c").rglob("*") if p.parent.name == "index.bin"]
+    assert sorted(int(p.name) for p in cached) == [0, 1, 2, 3]
+    block1 = next(p for p in cached if p.name == "1")
+    data = bytearray(block1.read_bytes())
+    data[7] ^= 0xFF
+    block1.write_bytes(bytes(data))
+    child()
+    assert index_ranges(range_server, "s") == [(BLOCK, 2 * BLOCK)]
+    assert block1.read_bytes() == (tmp_path / "s" / "index.bin").read_bytes()[BLOCK : 2 * BLOCK]
