@@ -17,7 +17,7 @@ from remote_servers import HTTP_STORAGE_OPTIONS, RangeServer
 
 from conftest import host
 from loaderx import _native
-from loaderx.errors import InvalidArgumentError, ZrecordError
+from loaderx.errors import InvalidArgumentError, StorageError, ZrecordError
 from loaderx.zrecord import Cache, Dense, Ragged, RaggedBatch
 
 BLOCK = _native.INDEX_BLOCK_BYTES
@@ -267,3 +267,15 @@ def test_a_second_process_reads_index_blocks_from_the_cache(tmp_path, range_serv
     child()
     assert index_ranges(range_server, "s") == [(BLOCK, 2 * BLOCK)]
     assert block1.read_bytes() == (tmp_path / "s" / "index.bin").read_bytes()[BLOCK : 2 * BLOCK]
+
+
+def test_a_failed_index_fetch_names_the_index(tmp_path, range_server, fault_proxy):
+    want = write_store(tmp_path / "s", "dense", "zstd", 9_000)
+    opts = {**HTTP_STORAGE_OPTIONS, "retries": "1", "retry_backoff": "0.01"}
+    r = Dense.open(fault_proxy.url + "/s", storage_options=opts)
+    fault_proxy.fail_next(1000, 500)
+    with pytest.raises(StorageError, match="failed 2 times") as e:
+        r[[6000]]
+    assert e.value.filename == fault_proxy.url + "/s/index.bin"
+    fault_proxy.clear_faults()
+    np.testing.assert_array_equal(host(r[[6000]]), want[[6000]])
