@@ -64,14 +64,16 @@ def test_arguments_are_checked(tmp_path):
         assert not hasattr(d, "lengths")
 
 
-def test_remote_lengths_come_from_the_fetched_index(tmp_path, range_server):
+def test_remote_lengths_come_from_the_index_blocks_of_their_range(tmp_path, range_server):
     write_tokens(tmp_path / "t")
     url = range_server.url + "/t"
+    size = (tmp_path / "t" / "index.bin").stat().st_size
     with Ragged.open(url, storage_options=HTTP_STORAGE_OPTIONS) as r:
         range_server.reset_counts()
         assert r.lengths().tolist() == LENGTHS
         assert r.lengths(4, 6).tolist() == LENGTHS[4:6]
-        # Opening fetched the index; lengths() sends no request at all.
-        assert range_server.log() == []
+        # Each call fetches the index block its range lies in (the whole index
+        # here, one block), and no byte of a data file.
+        assert range_server.log() == [("GET", "/t/index.bin", f"bytes=0-{size - 1}")] * 2
         assert np.from_dlpack(r[5].values).tolist() == list(range(70_000))
         assert [p for m, p, _ in range_server.log() if m == "GET" and "/data-" in p]

@@ -511,7 +511,7 @@ def test_constants_have_their_annotated_types():
         "DEFAULT_IDLE_LIMIT", "DL_CPU", "DL_CUDA", "DL_ROCM", "MAX_THREADS", "SAMPLER_MODES",
         "SAMPLER_LAST_STEP", "PACK_WINDOW", "LOADERX_STORAGE_OPTIONS", "DEFAULT_CACHE_BLOCK_BYTES",
         "DEFAULT_CACHE_MAX_BYTES", "DEFAULT_MAX_CONCURRENCY", "MAX_CONCURRENCY", "MAX_RETRIES",
-        "DEFAULT_WINDOW_BYTES",
+        "DEFAULT_WINDOW_BYTES", "INDEX_BLOCK_BYTES", "DEFAULT_INDEX_MEMORY_BYTES",
     }  # fmt: skip
     for name, annotation in constants.items():
         assert mismatch(getattr(_native, name), annotation, STUB, None) == "", name

@@ -184,6 +184,9 @@ def test_values_equal_the_local_store(tmp_path, range_server, kind, codec):
         sizes = r.record_sizes(2000, 2100)
         np.testing.assert_array_equal(sizes.stored, expect.stored[2000:2100])
         assert r.stats() == local.stats()
+        if kind == "ragged":
+            np.testing.assert_array_equal(r.lengths(), local.lengths())
+            np.testing.assert_array_equal(r.lengths(4000, 4100), local.lengths(4000, 4100))
         r.verify()
         r.verify(progress=lambda *a: None)
 

@@ -486,25 +486,56 @@ impl RecordSource for RemoteStore {
     }
 
     fn each_size(&self, range: Range<u64>, each: &mut dyn FnMut(u64, u64)) -> Result<()> {
+        self.scan(range, |m, r| match m {
+            Scanned::Whole(m) => Ok(m.record_sizes(r, &mut *each)?),
+            Scanned::View(v) => Ok(v.record_sizes(r, &mut *each)?),
+        })
+    }
+
+    fn each_length(&self, range: Range<u64>, each: &mut dyn FnMut(u64)) -> Result<()> {
+        // The kind and the range are checked before any block is fetched.
+        self.0
+            .meta
+            .record_lengths(range.start..range.start, |_| {})?;
+        self.scan(range, |m, r| match m {
+            Scanned::Whole(m) => Ok(m.record_lengths(r, &mut *each)?),
+            Scanned::View(v) => Ok(v.record_lengths(r, &mut *each)?),
+        })
+    }
+}
+
+/// What a step of a scan reads its records' entries through.
+enum Scanned<'a> {
+    /// The store, whose index was read whole at open.
+    Whole(&'a Metadata<RemoteIndex>),
+    /// A view over the index blocks of the step's records.
+    View(&'a View),
+}
+
+impl RemoteStore {
+    /// Calls `step` over the records of `range` in steps of about
+    /// [`STEP_BLOCKS`] index blocks, each step's blocks fetched (or read from
+    /// memory or the cache) first and held only for the step.
+    fn scan(
+        &self,
+        range: Range<u64>,
+        mut step: impl FnMut(Scanned<'_>, Range<u64>) -> Result<()>,
+    ) -> Result<()> {
         let meta = &self.0.meta;
         if !self.on_demand() {
-            return Ok(meta.record_sizes(range, each)?);
+            return step(Scanned::Whole(meta), range);
         }
         meta.index_blocks_in(&range)?;
-        let step = self.step_records();
+        let per = self.step_records();
         let mut start = range.start;
         while start < range.end {
-            let stop = range.end.min(start.saturating_add(step));
+            let stop = range.end.min(start.saturating_add(per));
             if let Some(v) = self.range_view(&(start..stop), Use::Scan)? {
-                v.record_sizes(start..stop, &mut *each)?;
+                step(Scanned::View(&v), start..stop)?;
             }
             start = stop;
         }
         Ok(())
-    }
-
-    fn each_length(&self, range: Range<u64>, each: &mut dyn FnMut(u64)) -> Result<()> {
-        Ok(self.meta().record_lengths(range, each)?)
     }
 }
 

@@ -301,7 +301,8 @@ class Ragged(StoreReader[RaggedBatch]):
         """Each record's length along axis 0 (its first dimension), for the records
         in ``start..stop`` (default: every record), as a fresh ``uint64`` array.
         Read from the index, which holds every record's shape: no record is read,
-        and a remote store uses the index it fetched when it opened."""
+        and a remote store fetches (or finds in memory or its cache) only the
+        index blocks of the range."""
         store = self._store()
         begin = check_int(start, "start", 0, self._len)
         end = self._len if stop is None else check_int(stop, "stop", begin, self._len)
