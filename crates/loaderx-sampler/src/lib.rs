@@ -14,7 +14,9 @@
 //!   domain) to positions `j * batch + i` of that cycle.
 //!
 //! [`Mixture`] draws each batch from several disjoint position ranges in given
-//! proportions, traversing each range with one of these kernels.
+//! proportions, traversing each range with one of these kernels. [`Windowed`]
+//! shuffles a store a window of its bytes at a time (every record once per pass),
+//! on the CYCLIC network with its own keys.
 //!
 //! Nothing here panics on any argument: invalid arguments are an [`Error`].
 
