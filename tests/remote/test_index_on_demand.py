@@ -10,6 +10,7 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -282,3 +283,32 @@ def test_a_failed_index_fetch_names_the_index(tmp_path, range_server, fault_prox
     assert e.value.filename == fault_proxy.url + "/s/index.bin"
     fault_proxy.clear_faults()
     np.testing.assert_array_equal(host(r[[6000]]), want[[6000]])
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_concurrent_gathers_fetch_a_missing_index_block_once(
+    tmp_path, range_server, fault_proxy, cached
+):
+    want = write_store(tmp_path / "s", "dense", "zstd", 9_000)
+    cache = Cache(tmp_path / "c") if cached else None
+    r = Dense.open(fault_proxy.url + "/s", storage_options=HTTP_STORAGE_OPTIONS, cache=cache)
+    # Long enough that every gather asks for block 0 while the first fetch of
+    # it is still on its way.
+    fault_proxy.latency_ms = 300
+    range_server.reset_counts()
+    errors = []
+
+    def gather(k):
+        try:
+            np.testing.assert_array_equal(host(r[[k, k + 1]]), want[[k, k + 1]])
+        except Exception as e:  # reported below, in the test's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=gather, args=(k * 100,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert index_ranges(range_server, "s") == [(0, BLOCK)]
+    r.close()

@@ -5,7 +5,9 @@
 //! or the network is checked against `index.sum` before anything reads it
 //! (the format crate's check, the one a local store makes); a block that fails
 //! from the cache is dropped there and fetched again, one that fails from the
-//! network is an error naming the store's index and the block.
+//! network is an error naming the store's index and the block. Concurrent
+//! reads of one process fetch a missing block once: the others wait for it, as
+//! they do for data blocks.
 //!
 //! Memory holds at most a budget of blocks between reads (least recently used
 //! first out), so a process's memory for a store does not grow with its record
@@ -144,8 +146,11 @@ impl Memory {
     }
 }
 
-/// What fetches a store's index blocks: everything owned, so that a fetch can
-/// run on the runtime while its caller goes on.
+/// The file number index blocks go by in the fetcher's table of blocks being
+/// fetched, which no data file has (a store has at most 255).
+const INDEX_KEY: usize = usize::MAX;
+
+/// What fetches a store's index blocks: its metadata, fetcher, cache and memory.
 pub(crate) struct Blocks<'a, I> {
     pub meta: &'a Metadata<I>,
     pub fetcher: &'a Fetcher,
@@ -154,31 +159,88 @@ pub(crate) struct Blocks<'a, I> {
 }
 
 impl<I: IndexSource> Blocks<'_, I> {
-    /// The blocks `needed` (sorted, each once), checked, in order.
+    /// The blocks `needed` (sorted, each once), checked, in order. A block
+    /// another read of this process is fetching meanwhile is waited for and
+    /// then found in memory or the cache, not fetched twice.
     pub async fn get(&self, needed: &[usize], how: Use) -> Result<Vec<Block>> {
         let mut found: HashMap<usize, Block> = HashMap::with_capacity(needed.len());
-        let mut missing: Vec<usize> = Vec::new();
-        for &b in needed {
-            match self.memory.get(b).filter(|_| how != Use::Verify) {
+        if how == Use::Verify {
+            for block in self.fetch(needed).await? {
+                found.insert(block.block(), block);
+            }
+            return collect(needed, found);
+        }
+        let missing = self.held(needed, how, &mut found).await?;
+        let claimed = self
+            .fetcher
+            .claim_blocks(missing.iter().map(|&b| (INDEX_KEY, b as u64)));
+        let mine: Vec<usize> = claimed.keys().iter().map(|k| k.1 as usize).collect();
+        let fetch_mine = async {
+            let got = self.fetch_and_keep(&mine, how).await;
+            claimed.release();
+            got
+        };
+        let (mine, ()) = futures::join!(fetch_mine, async {
+            for (_, done) in claimed.others() {
+                // Closed when the other read's fetch ends, however it ends.
+                let _ = done.acquire().await;
+            }
+        });
+        for block in mine? {
+            found.insert(block.block(), block);
+        }
+        let others: Vec<usize> = claimed.others().map(|(k, _)| k.1 as usize).collect();
+        drop(claimed);
+        if !others.is_empty() {
+            // What the others fetched is in memory or the cache now, unless
+            // their fetch failed or kept nothing: that is fetched here.
+            let still = self.held(&others, how, &mut found).await?;
+            for block in self.fetch_and_keep(&still, how).await? {
+                found.insert(block.block(), block);
+            }
+        }
+        collect(needed, found)
+    }
+
+    /// Puts the blocks of `wanted` that memory or the cache holds in `found`
+    /// (a block from the cache kept in memory too, for a gather); returns the
+    /// others.
+    async fn held(
+        &self,
+        wanted: &[usize],
+        how: Use,
+        found: &mut HashMap<usize, Block>,
+    ) -> Result<Vec<usize>> {
+        let mut missing = Vec::new();
+        for &b in wanted {
+            match self.memory.get(b) {
                 Some(block) => {
                     found.insert(b, block);
                 }
                 None => missing.push(b),
             }
         }
-        let cache = self.cache.filter(|_| how != Use::Verify);
-        if let (Some(cache), false) = (cache, missing.is_empty()) {
-            let from_cache = self.read_cached(cache, &missing).await?;
-            missing.retain(|b| !from_cache.iter().any(|k| k.block() == *b));
-            for block in from_cache {
-                if how == Use::Gather {
-                    self.memory.put(block.clone());
-                }
-                found.insert(block.block(), block);
-            }
+        let Some(cache) = self.cache else {
+            return Ok(missing);
+        };
+        if missing.is_empty() {
+            return Ok(missing);
         }
-        let fetched = self.fetch(&missing).await?;
-        if let Some(cache) = cache {
+        for block in self.read_cached(cache, &missing).await? {
+            if how == Use::Gather {
+                self.memory.put(block.clone());
+            }
+            found.insert(block.block(), block);
+        }
+        missing.retain(|b| !found.contains_key(b));
+        Ok(missing)
+    }
+
+    /// Fetches `wanted` and keeps the blocks in the cache and, for a gather, in
+    /// memory.
+    async fn fetch_and_keep(&self, wanted: &[usize], how: Use) -> Result<Vec<Block>> {
+        let fetched = self.fetch(wanted).await?;
+        if let (Some(cache), false) = (self.cache, fetched.is_empty()) {
             let (c, id) = (cache.clone(), self.id());
             let kept: Vec<Block> = fetched.clone();
             tokio::task::spawn_blocking(move || {
@@ -189,20 +251,12 @@ impl<I: IndexSource> Blocks<'_, I> {
             .await
             .map_err(|e| Error::internal(format!("writing the cache did not complete: {e}")))?;
         }
-        for block in fetched {
-            if how == Use::Gather {
+        if how == Use::Gather {
+            for block in &fetched {
                 self.memory.put(block.clone());
             }
-            found.insert(block.block(), block);
         }
-        needed
-            .iter()
-            .map(|b| {
-                found
-                    .remove(b)
-                    .ok_or_else(|| Error::internal(format!("index block {b} was not read")))
-            })
-            .collect()
+        Ok(fetched)
     }
 
     fn id(&self) -> u64 {
@@ -277,6 +331,18 @@ impl<I: IndexSource> Blocks<'_, I> {
         }
         Ok(out)
     }
+}
+
+/// The blocks of `needed`, in order, from `found`.
+fn collect(needed: &[usize], mut found: HashMap<usize, Block>) -> Result<Vec<Block>> {
+    needed
+        .iter()
+        .map(|b| {
+            found
+                .remove(b)
+                .ok_or_else(|| Error::internal(format!("index block {b} was not read")))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -267,7 +267,9 @@ class StoreReader(ABC, Generic[_BatchT]):
 
     def record_sizes(self, start: int = 0, stop: int | None = None) -> RecordSizes:
         """The logical and stored size of each record in ``start..stop`` (default:
-        every record), read from the index; no record is read."""
+        every record), read from the index; no record is read. A remote store
+        fetches (or finds in memory or its cache) the index blocks of the range
+        only."""
         store = self._store()
         begin = check_int(start, "start", 0, self._len)
         end = self._len if stop is None else check_int(stop, "stop", begin, self._len)
@@ -285,7 +287,8 @@ class StoreReader(ABC, Generic[_BatchT]):
     def stats(self) -> StoreStats:
         """The store's sizes: records, their logical and stored bytes, its data
         files and dictionary. Reads the whole index (16 bytes per record), a step
-        at a time."""
+        at a time: on a remote store, that is fetching it (or reading it from the
+        cache)."""
         store = self._store()
         logical = stored = 0
         for a in range(0, self._len, INDEX_STEP):
