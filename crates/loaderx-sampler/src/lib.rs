@@ -16,7 +16,9 @@
 //! [`Mixture`] draws each batch from several disjoint position ranges in given
 //! proportions, traversing each range with one of these kernels. [`Windowed`]
 //! shuffles a store a window of its bytes at a time (every record once per pass),
-//! on the CYCLIC network with its own keys.
+//! on the CYCLIC network with its own keys. [`Packing`] plans token-budget packs
+//! of whole records once, from their lengths, and draws steps of packs from the
+//! plan in O(1) per step.
 //!
 //! Nothing here panics on any argument: invalid arguments are an [`Error`].
 
