@@ -10,7 +10,7 @@ import pytest
 from remote_servers import HTTP_STORAGE_OPTIONS
 
 from loaderx.dataloader import Loader, format_stats
-from loaderx.dataloader._stats import _bucket, _buckets, _middle, _percentile
+from loaderx.dataloader._stats import _buckets, _middle, _percentile
 from loaderx.errors import InvalidArgumentError
 from loaderx.sampler import Sampler
 from loaderx.zrecord import Dense, Ragged, RaggedBatch
@@ -49,12 +49,21 @@ def sleeping(seconds):
 
 
 def close_to(value, expected, rel=1.0):
-    """At least what was injected, and at most twice it (a loaded machine
-    oversleeps)."""
-    return expected <= value <= expected * (1 + rel) + 0.002
+    """At least what was injected, less the histogram's resolution (1/32), and at
+    most twice it (a loaded machine oversleeps)."""
+    return expected * (1 - 1 / 32) <= value <= expected * (1 + rel) + 0.002
 
 
 # -- the histogram ---------------------------------------------------------------
+
+
+def _bucket(ns):
+    """The bucket of one duration, written out: exact below 16 ns, then 16
+    buckets of equal width per octave."""
+    if ns < 16:
+        return ns
+    bits = ns.bit_length()
+    return (bits - 4) * 16 + ((ns >> (bits - 5)) & 15)
 
 
 def test_buckets_are_exact_below_16_ns_and_within_a_32nd_above():
@@ -108,7 +117,7 @@ def test_a_slow_transform_is_the_transform_stage(store, workers):
     assert st["steps"] == 12
     assert list(st["stages"]) == ["draw", "gather", "transform"]
     t = st["stages"]["transform"]
-    assert close_to(t["p50_s"], 0.02) and 0.02 <= t["p95_s"] < 0.25
+    assert close_to(t["p50_s"], 0.02) and 0.0193 <= t["p95_s"] < 0.25
     assert close_to(t["total_s"], 12 * 0.02)
     assert st["stages"]["gather"]["p50_s"] < 0.005
     assert st["stages"]["draw"]["p50_s"] < 0.005

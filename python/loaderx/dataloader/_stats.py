@@ -12,10 +12,12 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from typing import TypeAlias, TypedDict
+from typing import TypeAlias, TypedDict, cast
 
 import numpy as np
 import numpy.typing as npt
+
+from ..zrecord import DLTensor, RaggedBatch
 
 #: Stages of a step, in the order they run. ``fetch_wait`` applies when a reader
 #: reads in the background (a remote store), ``transform`` when there is one.
@@ -24,15 +26,6 @@ DRAW, GATHER, FETCH_WAIT, TRANSFORM = range(len(STAGES))
 
 _SUB = 16  # buckets per octave
 _BUCKETS = 60 * _SUB  # _bucket(2**63 - 1) is the last
-
-
-def _bucket(ns: int) -> int:
-    """The histogram bucket of a duration: exact below 16 ns, then 16 buckets of
-    equal width per octave."""
-    if ns < _SUB:
-        return max(ns, 0)
-    bits = ns.bit_length()
-    return (bits - 4) * _SUB + ((ns >> (bits - 5)) & (_SUB - 1))
 
 
 def _middle(bucket: int) -> float:
@@ -85,7 +78,10 @@ _FOLD = 4096
 
 
 def _buckets(ns: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """``_bucket`` of every (non-negative) duration in `ns`."""
+    """The histogram bucket of every (non-negative) duration in `ns`: the
+    duration itself below 16 ns; above, ``(b - 4) * 16`` plus the four bits after
+    the leading one, ``b`` being the duration's bit length (16 equal buckets per
+    octave)."""
     if ns.size and int(ns.max()) >= 1 << 53:
         # Beyond 2**53 a float's exponent may round up: count the bits exactly.
         bits = np.zeros_like(ns)
@@ -256,15 +252,20 @@ class Recorder:
 
 def batch_bytes(shards: list[dict[str, object]]) -> int:
     """The payload bytes of a step's batches: a DLTensor's ``nbytes``, a
-    RaggedBatch's values'; 0 for what has neither (a custom reader's batch)."""
+    RaggedBatch's values'; a custom reader's batch with an int ``nbytes`` counts
+    that, anything else 0."""
     total = 0
     for shard in shards:
         for v in shard.values():
-            n = getattr(v, "nbytes", None)
-            if n is None:
-                n = getattr(getattr(v, "values", None), "nbytes", None)
-            if type(n) is int:
-                total += n
+            kind = type(v)
+            if kind is DLTensor:
+                total += cast("DLTensor", v).nbytes
+            elif kind is RaggedBatch:
+                total += cast("RaggedBatch", v).values.nbytes
+            else:
+                n = getattr(v, "nbytes", None)
+                if type(n) is int:
+                    total += n
     return total
 
 
