@@ -454,7 +454,7 @@ def test_slow_responses_time_out_then_recover(via_proxy, fault_proxy):
     want, open_ = via_proxy
     r = open_(request_timeout="0.2", retries="1")
     fault_proxy.latency_ms = 500
-    with pytest.raises(StorageError, match="no complete response within 0.200 s"):
+    with pytest.raises(StorageError, match="no response began within 0.200 s"):
         r[POSITIONS]
     fault_proxy.latency_ms = 50
     check(r, "dense", want, POSITIONS)

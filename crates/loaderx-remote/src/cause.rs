@@ -41,6 +41,15 @@ pub(crate) fn refusal(e: &object_store::Error) -> Option<&rustls::Error> {
     })
 }
 
+/// Whether `e` failed because nothing accepted the connection: no server
+/// listens at the address.
+pub(crate) fn refused_connection(e: &object_store::Error) -> bool {
+    chain(e).into_iter().any(|err| {
+        err.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+    })
+}
+
 /// `e` as errors show it, with the innermost cause when the message lacks it
 /// (a refused connection, a reset), and for a refused handshake, what to do.
 pub(crate) fn describe(e: &object_store::Error) -> String {
@@ -104,6 +113,8 @@ mod tests {
             "connection refused",
         )));
         assert!(refusal(&refused).is_none());
+        assert!(refused_connection(&refused));
+        assert!(!refused_connection(&e));
         assert_eq!(
             describe(&refused),
             "Generic HTTP error: error sending request (connection refused)"

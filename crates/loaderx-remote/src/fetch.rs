@@ -1,17 +1,22 @@
 //! Turning records into requests and requests into bytes: neighbouring ranges
 //! are coalesced, requests run concurrently up to a bound, and a failed or short
 //! response is retried with exponential backoff. A body shorter than the range
-//! asked for is never handed on.
+//! asked for is never handed on. Each attempt waits a bounded time for its
+//! response to begin and for all of it, and every request of one operation (an
+//! open, a gather, a step of a verify) ends by that operation's deadline.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use loaderx_gather::{Error, Result};
-use object_store::{ObjectStore, ObjectStoreExt};
+use object_store::{GetOptions, ObjectStore, ObjectStoreExt};
 use tokio::sync::Semaphore;
+use tokio::time::Instant;
 use zrecord::{Entry, PayloadSource};
 
 use crate::location::Location;
@@ -168,30 +173,164 @@ fn transient(e: &object_store::Error) -> bool {
 enum Failure {
     /// Worth another try.
     Transient(String),
+    /// Nothing listens at the address: worth another try only once something
+    /// has answered there (a server restarting), never before (a wrong port).
+    Refused(String),
     /// Not: the object is missing, access is refused, the request is wrong.
     Permanent(object_store::Error),
 }
 
-/// One attempt at `range` of `path`, bounded by the request timeout.
+impl Failure {
+    fn of(e: object_store::Error) -> Failure {
+        if crate::cause::refused_connection(&e) {
+            Failure::Refused(crate::cause::describe(&e))
+        } else if transient(&e) {
+            Failure::Transient(crate::cause::describe(&e))
+        } else {
+            Failure::Permanent(e)
+        }
+    }
+}
+
+tokio::task_local! {
+    /// When the operation (an open, a gather, a step of a verify) that the
+    /// requests of this task belong to must end; see [`Fetcher::bounded`].
+    static DEADLINE: Instant;
+}
+
+/// `now + d`, or a time too far away to matter when that cannot be written.
+fn after(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d)
+        .unwrap_or_else(|| now + Duration::from_secs(1 << 32))
+}
+
+/// The deadline of the operation the calling task runs, or one of its own for
+/// a request made outside any (an upload's).
+fn current_deadline(opts: &FetchOptions) -> Instant {
+    DEADLINE
+        .try_with(|d| *d)
+        .unwrap_or_else(|_| after(Instant::now(), opts.deadline))
+}
+
+/// The times one attempt started now must meet: its response must begin by
+/// the first, and be whole by the second; neither is past `until`.
+fn attempt_bounds(opts: &FetchOptions, until: Instant) -> (Instant, Instant) {
+    let now = Instant::now();
+    let whole = after(now, opts.request_timeout).min(until);
+    (after(now, opts.first_byte_timeout).min(whole), whole)
+}
+
+fn seconds_from(start: Instant, end: Instant) -> f64 {
+    end.saturating_duration_since(start).as_secs_f64()
+}
+
+/// One attempt at `range` of `path`: its response must begin by the first
+/// bound and be whole by the second ([`attempt_bounds`]).
 async fn attempt(
     client: &Arc<dyn ObjectStore>,
     path: &object_store::path::Path,
     range: Range<u64>,
-    timeout: Duration,
+    opts: &FetchOptions,
+    until: Instant,
 ) -> std::result::Result<Bytes, Failure> {
+    let start = Instant::now();
+    let (first, whole) = attempt_bounds(opts, until);
     let want = range.end - range.start;
-    match tokio::time::timeout(timeout, client.get_range(path, range)).await {
+    let get = client.get_opts(path, GetOptions::new().with_range(Some(range)));
+    let response = match tokio::time::timeout_at(first, get).await {
+        Err(_) => {
+            return Err(Failure::Transient(format!(
+                "no response began within {:.3} s",
+                seconds_from(start, first)
+            )))
+        }
+        Ok(Err(e)) => return Err(Failure::of(e)),
+        Ok(Ok(r)) => r,
+    };
+    match tokio::time::timeout_at(whole, response.bytes()).await {
         Err(_) => Err(Failure::Transient(format!(
             "no complete response within {:.3} s",
-            timeout.as_secs_f64()
+            seconds_from(start, whole)
         ))),
         Ok(Ok(b)) if b.len() as u64 == want => Ok(b),
         Ok(Ok(b)) => Err(Failure::Transient(format!(
             "the response held {} of the {want} bytes asked for",
             b.len()
         ))),
-        Ok(Err(e)) if transient(&e) => Err(Failure::Transient(crate::cause::describe(&e))),
-        Ok(Err(e)) => Err(Failure::Permanent(e)),
+        Ok(Err(e)) => Err(Failure::of(e)),
+    }
+}
+
+/// What a request's attempts are retried under: the store, its options, and
+/// whether anything has answered at its address yet.
+pub(crate) struct Tries<'a> {
+    pub loc: &'a Location,
+    pub opts: &'a FetchOptions,
+    pub answered: &'a AtomicBool,
+}
+
+impl Tries<'_> {
+    /// Runs `attempt` until it succeeds, fails for good, has been retried
+    /// `retries` times, or the deadline passes; `what` says what was asked
+    /// of `name` ("reading bytes 0..8") in the error.
+    async fn run<T, F, Fut>(&self, name: &str, what: &str, mut attempt: F) -> Result<T>
+    where
+        F: FnMut(Instant) -> Fut,
+        Fut: Future<Output = std::result::Result<T, Failure>>,
+    {
+        let (loc, opts) = (self.loc, self.opts);
+        let until = current_deadline(opts);
+        let storage = |msg: String| Error::Storage {
+            url: loc.url_of(name),
+            msg: format!("{what} {msg}"),
+        };
+        let mut wait = opts.retry_backoff;
+        let mut tries = 0u32;
+        loop {
+            let result = match tokio::time::timeout_at(until, attempt(until)).await {
+                Ok(r) => r,
+                Err(_) => Err(Failure::Transient(
+                    "no attempt could begin in time (the store's requests were all in flight)"
+                        .into(),
+                )),
+            };
+            let msg = match result {
+                Ok(v) => {
+                    self.answered.store(true, Ordering::Relaxed);
+                    return Ok(v);
+                }
+                Err(Failure::Permanent(object_store::Error::NotFound { .. })) => {
+                    return Err(Error::Storage {
+                        url: loc.url_of(name),
+                        msg: "the object does not exist (the store is incomplete or was removed)"
+                            .into(),
+                    })
+                }
+                Err(Failure::Permanent(e)) => {
+                    return Err(storage(format!("failed: {}", crate::cause::describe(&e))))
+                }
+                Err(Failure::Refused(msg)) if !self.answered.load(Ordering::Relaxed) => {
+                    return Err(storage(format!(
+                        "{}; nothing has answered at this address yet, so it is not tried again",
+                        failed(tries + 1, &msg)
+                    )))
+                }
+                Err(Failure::Refused(msg) | Failure::Transient(msg)) => msg,
+            };
+            if tries >= opts.retries {
+                return Err(storage(failed(tries + 1, &msg)));
+            }
+            if Instant::now() + wait >= until {
+                return Err(storage(format!(
+                    "{} (the deadline of {:.3} s, the storage option deadline, passed)",
+                    failed(tries + 1, &msg),
+                    opts.deadline.as_secs_f64()
+                )));
+            }
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(MAX_BACKOFF);
+            tries += 1;
+        }
     }
 }
 
@@ -205,6 +344,9 @@ pub(crate) struct Fetcher {
     opts: FetchOptions,
     permits: Semaphore,
     blocks: Mutex<HashMap<BlockKey, Arc<Semaphore>>>,
+    /// Whether a request to the store has succeeded: until one has, a refused
+    /// connection is not retried.
+    answered: AtomicBool,
 }
 
 /// A block of a data file: the file's number and the block's.
@@ -267,7 +409,33 @@ impl Fetcher {
             opts: opts.clone(),
             permits: Semaphore::new(opts.max_concurrency),
             blocks: Mutex::new(HashMap::new()),
+            answered: AtomicBool::new(false),
         })
+    }
+
+    /// A fetcher for a store already opened (by another process, which this
+    /// one was forked from): its address has answered.
+    pub fn for_opened(loc: &Location, opts: &FetchOptions) -> Result<Fetcher> {
+        let f = Fetcher::new(loc, opts)?;
+        f.answered.store(true, Ordering::Relaxed);
+        Ok(f)
+    }
+
+    /// Runs `op`, an open, a gather or a step of a verify, under one deadline
+    /// (the storage option `deadline` from now): each of its requests' attempts
+    /// ends by it, and no retry starts after it.
+    pub async fn bounded<T>(&self, op: impl Future<Output = T>) -> T {
+        DEADLINE
+            .scope(after(Instant::now(), self.opts.deadline), op)
+            .await
+    }
+
+    fn tries(&self) -> Tries<'_> {
+        Tries {
+            loc: &self.loc,
+            opts: &self.opts,
+            answered: &self.answered,
+        }
     }
 
     /// Claims the blocks of `keys` (sorted) that no other gather of this
@@ -305,56 +473,21 @@ impl Fetcher {
     /// `range` of the store's file `name`, retried as the options say. Each
     /// attempt holds one of the store's permits; a retry's wait holds none.
     pub async fn get_range(&self, name: &str, range: Range<u64>) -> Result<Bytes> {
-        let (loc, opts) = (&self.loc, &self.opts);
-        loc.check_local_file(name)?;
-        let path = loc.path_of(name);
-        let mut wait = opts.retry_backoff;
-        let mut tries = 0u32;
-        loop {
-            let result = {
-                let _permit = self.permits.acquire().await.map_err(|_| {
-                    zrecord::Error::Internal("the request budget was closed".into())
-                })?;
-                attempt(&self.client, &path, range.clone(), opts.request_timeout).await
-            };
-            match result {
-                Ok(b) => return Ok(b),
-                Err(Failure::Permanent(object_store::Error::NotFound { .. })) => {
-                    return Err(Error::Storage {
-                        url: loc.url_of(name),
-                        msg: "the object does not exist (the store is incomplete or was removed)"
-                            .into(),
-                    })
+        self.loc.check_local_file(name)?;
+        let path = self.loc.path_of(name);
+        let what = format!("reading bytes {}..{}", range.start, range.end);
+        self.tries()
+            .run(name, &what, |until| {
+                let (path, range) = (&path, range.clone());
+                async move {
+                    let _permit =
+                        self.permits.acquire().await.map_err(|_| {
+                            Failure::Transient("the request budget was closed".into())
+                        })?;
+                    attempt(&self.client, path, range, &self.opts, until).await
                 }
-                Err(Failure::Permanent(e)) => {
-                    return Err(Error::Storage {
-                        url: loc.url_of(name),
-                        msg: format!(
-                            "reading bytes {}..{} failed: {}",
-                            range.start,
-                            range.end,
-                            crate::cause::describe(&e)
-                        ),
-                    })
-                }
-                Err(Failure::Transient(msg)) if tries >= opts.retries => {
-                    return Err(Error::Storage {
-                        url: loc.url_of(name),
-                        msg: format!(
-                            "reading bytes {}..{} {}",
-                            range.start,
-                            range.end,
-                            failed(tries + 1, &msg)
-                        ),
-                    })
-                }
-                Err(Failure::Transient(_)) => {
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(MAX_BACKOFF);
-                    tries += 1;
-                }
-            }
-        }
+            })
+            .await
     }
 
     /// Runs `requests` against the store's data files, as many at once as the
@@ -370,7 +503,7 @@ impl Fetcher {
     /// The size of the store's file `name`, retried as a range read is. `None`
     /// when it does not exist.
     pub async fn size_of(&self, name: &str) -> Result<Option<u64>> {
-        size_of(&self.client, &self.loc, name, &self.opts).await
+        size_of(&self.client, name, &self.tries()).await
     }
 
     /// The whole store file `name`, whose size the header gives.
@@ -386,38 +519,29 @@ impl Fetcher {
 /// is. `None` when it does not exist.
 pub(crate) async fn size_of(
     client: &Arc<dyn ObjectStore>,
-    loc: &Location,
     name: &str,
-    opts: &FetchOptions,
+    tries: &Tries<'_>,
 ) -> Result<Option<u64>> {
-    loc.check_local_file(name)?;
-    let path = loc.path_of(name);
-    let mut wait = opts.retry_backoff;
-    let mut tries = 0u32;
-    loop {
-        let res = tokio::time::timeout(opts.request_timeout, client.head(&path)).await;
-        let msg = match res {
-            Ok(Ok(meta)) => return Ok(Some(meta.size)),
-            Ok(Err(object_store::Error::NotFound { .. })) => return Ok(None),
-            Ok(Err(e)) if !transient(&e) => {
-                return Err(Error::Storage {
-                    url: loc.url_of(name),
-                    msg: format!("asking for its size failed: {}", crate::cause::describe(&e)),
-                })
+    tries.loc.check_local_file(name)?;
+    let path = tries.loc.path_of(name);
+    tries
+        .run(name, "asking for its size", |until| {
+            let path = &path;
+            async move {
+                let start = Instant::now();
+                let (first, _) = attempt_bounds(tries.opts, until);
+                match tokio::time::timeout_at(first, client.head(path)).await {
+                    Ok(Ok(meta)) => Ok(Some(meta.size)),
+                    Ok(Err(object_store::Error::NotFound { .. })) => Ok(None),
+                    Ok(Err(e)) => Err(Failure::of(e)),
+                    Err(_) => Err(Failure::Transient(format!(
+                        "no response began within {:.3} s",
+                        seconds_from(start, first)
+                    ))),
+                }
             }
-            Ok(Err(e)) => crate::cause::describe(&e),
-            Err(_) => "no response in time".to_string(),
-        };
-        if tries >= opts.retries {
-            return Err(Error::Storage {
-                url: loc.url_of(name),
-                msg: format!("asking for its size {}", failed(tries + 1, &msg)),
-            });
-        }
-        tokio::time::sleep(wait).await;
-        wait = (wait * 2).min(MAX_BACKOFF);
-        tries += 1;
-    }
+        })
+        .await
 }
 
 /// How requests that all failed are reported: `failed: MSG` after one attempt,

@@ -30,6 +30,7 @@ mod cache;
 mod cause;
 mod fetch;
 mod index;
+mod key;
 mod location;
 mod options;
 mod runtime;
@@ -41,8 +42,8 @@ pub use index::DEFAULT_INDEX_MEMORY_BYTES;
 pub use loaderx_gather::{Error, Result};
 pub use location::{is_url, Location};
 pub use options::{
-    FetchOptions, OptionValue, SplitOptions, DEFAULT_MAX_CONCURRENCY, LOADERX_OPTIONS, MAX_BACKOFF,
-    MAX_CONCURRENCY, MAX_RETRIES,
+    FetchOptions, OptionValue, SplitOptions, DEFAULT_DEADLINE, DEFAULT_FIRST_BYTE_TIMEOUT,
+    DEFAULT_MAX_CONCURRENCY, LOADERX_OPTIONS, MAX_BACKOFF, MAX_CONCURRENCY, MAX_RETRIES,
 };
 pub use store::{Canceller, Pending, RemoteStore};
 pub use upload::upload;

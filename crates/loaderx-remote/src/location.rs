@@ -51,6 +51,7 @@ impl Location {
     /// `aws_region`, `allow_http`...). A name neither knows is an error, never
     /// ignored, and so is a value either refuses: the error names its key.
     pub fn parse(url: &str, options: &[(String, OptionValue)]) -> Result<(Location, FetchOptions)> {
+        crate::key::check_written(url)?;
         // Trailing slashes name the same store; the scheme's "//" is not one.
         let body = url.find("://").map_or(0, |i| i + 3);
         let trimmed = &url[..url.trim_end_matches('/').len().max(body)];
@@ -62,11 +63,24 @@ impl Location {
         }
         let parsed = Url::parse(trimmed)
             .map_err(|e| Error::invalid(format!("{url}: not a valid URL: {e}")))?;
+        crate::key::check_parsed(url, &parsed)?;
         let (scheme, prefix) = ObjectStoreScheme::parse(&parsed).map_err(|_| {
             Error::invalid(format!(
                 "{url}: not a store URL loaderx reads (s3://, gs://, az://, http://, https:// or file://)"
             ))
         })?;
+        let bucket = matches!(
+            scheme,
+            ObjectStoreScheme::AmazonS3
+                | ObjectStoreScheme::GoogleCloudStorage
+                | ObjectStoreScheme::MicrosoftAzure
+        );
+        if bucket && prefix.as_ref().is_empty() {
+            return Err(Error::invalid(format!(
+                "{url}: names a bucket but no key in it; a store lives at a key inside its \
+                 bucket (s3://bucket/store), never at the bucket's root"
+            )));
+        }
         if matches!(scheme, ObjectStoreScheme::Memory) {
             return Err(Error::invalid(format!(
                 "{url}: memory:// stores live in no other process; write a local store instead"
@@ -97,14 +111,7 @@ impl Location {
                 )));
             }
         }
-        if from_env
-            && !matches!(
-                scheme,
-                ObjectStoreScheme::AmazonS3
-                    | ObjectStoreScheme::GoogleCloudStorage
-                    | ObjectStoreScheme::MicrosoftAzure
-            )
-        {
+        if from_env && !bucket {
             return Err(Error::invalid(format!(
                 "{url}: from_env applies to s3://, gs:// and az:// stores only"
             )));
@@ -172,6 +179,14 @@ impl Location {
         &self.url
     }
 
+    /// The directory of a `file://` store; `None` for any other kind.
+    pub(crate) fn local_dir(&self) -> Option<std::path::PathBuf> {
+        match self.scheme {
+            ObjectStoreScheme::Local => self.parsed.to_file_path().ok(),
+            _ => None,
+        }
+    }
+
     /// The URL of the store's file `name`.
     pub fn url_of(&self, name: &str) -> String {
         format!("{}/{name}", self.url)
@@ -182,10 +197,7 @@ impl Location {
     /// writer that may never come. Any other store, or a missing file, is for
     /// the request to report.
     pub(crate) fn check_local_file(&self, name: &str) -> Result<()> {
-        if !matches!(self.scheme, ObjectStoreScheme::Local) {
-            return Ok(());
-        }
-        let Ok(dir) = self.parsed.to_file_path() else {
+        let Some(dir) = self.local_dir() else {
             return Ok(());
         };
         let path = dir.join(name);

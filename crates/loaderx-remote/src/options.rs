@@ -98,6 +98,15 @@ impl OptionValue {
         Ok(d)
     }
 
+    /// A positive duration: a number of seconds, or its decimal string.
+    fn positive_seconds(&self, key: &str) -> Result<Duration> {
+        Some(self.seconds(key)?)
+            .filter(|t| !t.is_zero())
+            .ok_or_else(|| {
+                Error::invalid(format!("storage option {key} must be positive, got {self}"))
+            })
+    }
+
     /// A duration: a non-negative number of seconds, or its decimal string.
     fn seconds(&self, key: &str) -> Result<Duration> {
         let secs = match self {
@@ -130,7 +139,7 @@ const CLIENT_DURATIONS: [&str; 6] = [
 
 /// The storage options loaderx reads itself rather than passing to
 /// `object_store`: `from_env` and the [`FetchOptions`].
-pub const LOADERX_OPTIONS: [&str; 8] = [
+pub const LOADERX_OPTIONS: [&str; 10] = [
     "from_env",
     "max_concurrency",
     "coalesce_gap",
@@ -139,6 +148,8 @@ pub const LOADERX_OPTIONS: [&str; 8] = [
     "retry_backoff",
     "request_timeout",
     "index_memory_bytes",
+    "first_byte_timeout",
+    "deadline",
 ];
 
 /// How a remote store fetches. Each field is a storage option of the same name.
@@ -166,6 +177,15 @@ pub struct FetchOptions {
     /// Most bytes of index blocks the store keeps in memory between reads
     /// (see [`crate::DEFAULT_INDEX_MEMORY_BYTES`]); zero keeps none.
     pub index_memory_bytes: u64,
+    /// Longest one attempt may wait for the response to begin (its status and
+    /// headers), before it counts as failed: a server that accepts a
+    /// connection and never answers costs this much per attempt, not
+    /// `request_timeout`.
+    pub first_byte_timeout: Duration,
+    /// Longest an open, a gather or a step of a verify may take in all, every
+    /// request, retry and wait between retries included. When it passes, the
+    /// operation fails with the last attempt's failure.
+    pub deadline: Duration,
 }
 
 /// Requests in flight per store unless the caller says otherwise: enough to keep
@@ -192,9 +212,21 @@ impl Default for FetchOptions {
             retry_backoff: Duration::from_millis(100),
             request_timeout: Duration::from_secs(30),
             index_memory_bytes: crate::index::DEFAULT_INDEX_MEMORY_BYTES,
+            first_byte_timeout: DEFAULT_FIRST_BYTE_TIMEOUT,
+            deadline: DEFAULT_DEADLINE,
         }
     }
 }
+
+/// How long an open or a gather may take unless the caller says otherwise:
+/// long enough for a store's index of hundreds of MiB behind a slow link and a
+/// few retries, short enough that a dead endpoint is reported within a minute.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(60);
+
+/// How long an attempt waits for a response to begin unless the caller says
+/// otherwise. Object stores answer within a second when they answer at all;
+/// this leaves room for a loaded one, and for five retries within the deadline.
+pub const DEFAULT_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl FetchOptions {
     /// Sets the option `key` (one of [`LOADERX_OPTIONS`] but `from_env`, in
@@ -231,16 +263,10 @@ impl FetchOptions {
                     })?
             }
             "retry_backoff" => self.retry_backoff = value.seconds(key)?.min(MAX_BACKOFF),
-            "request_timeout" => {
-                self.request_timeout = Some(value.seconds(key)?)
-                    .filter(|t| !t.is_zero())
-                    .ok_or_else(|| {
-                        Error::invalid(format!(
-                            "storage option {key} must be positive, got {value}"
-                        ))
-                    })?
-            }
+            "request_timeout" => self.request_timeout = value.positive_seconds(key)?,
             "index_memory_bytes" => self.index_memory_bytes = value.count(key)?,
+            "first_byte_timeout" => self.first_byte_timeout = value.positive_seconds(key)?,
+            "deadline" => self.deadline = value.positive_seconds(key)?,
             _ => return Err(Error::internal(format!("{key} is not a fetch option"))),
         }
         Ok(())
@@ -331,6 +357,8 @@ mod tests {
                 retry_backoff: Duration::from_millis(250),
                 request_timeout: Duration::from_secs(3),
                 index_memory_bytes: 0,
+                first_byte_timeout: DEFAULT_FIRST_BYTE_TIMEOUT,
+                deadline: DEFAULT_DEADLINE,
             }
         );
         assert!(s.from_env);
@@ -351,6 +379,26 @@ mod tests {
         assert_eq!(s.fetch.retry_backoff, MAX_BACKOFF);
         assert!(!s.from_env);
         assert_eq!(split(&[]).unwrap(), SplitOptions::default());
+    }
+
+    #[test]
+    fn every_open_and_read_has_a_deadline_of_at_most_a_minute_by_default() {
+        let fetch = split(&[]).unwrap().fetch;
+        assert_eq!(fetch.deadline, Duration::from_secs(60));
+        assert_eq!(fetch.first_byte_timeout, Duration::from_secs(10));
+        assert_eq!(fetch.request_timeout, Duration::from_secs(30));
+        // The wait for a response to begin is shorter than an attempt, and
+        // several attempts fit in the deadline.
+        assert!(fetch.first_byte_timeout < fetch.request_timeout);
+        assert!(fetch.first_byte_timeout * 5 < fetch.deadline);
+        let s = split(&[
+            ("Deadline", Float(1.5)),
+            ("first_byte_timeout", Str("0.25".into())),
+        ])
+        .unwrap();
+        assert_eq!(s.fetch.deadline, Duration::from_millis(1500));
+        assert_eq!(s.fetch.first_byte_timeout, Duration::from_millis(250));
+        assert!(s.config.is_empty());
     }
 
     #[test]
@@ -424,6 +472,17 @@ mod tests {
                 "request_timeout",
                 Float(-1.0),
                 "request_timeout must be a non-negative number of seconds, got -1.0",
+            ),
+            ("deadline", Int(0), "deadline must be positive, got 0"),
+            (
+                "deadline",
+                Str("soon".into()),
+                r#"deadline must be a non-negative number of seconds, got "soon""#,
+            ),
+            (
+                "first_byte_timeout",
+                Float(0.0),
+                "first_byte_timeout must be positive, got 0.0",
             ),
             (
                 "retry_backoff",

@@ -121,7 +121,8 @@ impl Pending {
                         cache.remove(source.id, &data_file(file), block);
                     }
                 }
-                let (spans, _) = block_on(source.fetch(&fetched.entries, false))?;
+                let refetch = source.fetch(&fetched.entries, false);
+                let (spans, _) = block_on(source.fetcher.bounded(refetch))?;
                 store.fill(view, idx, &spans, allocator)
             }
             other => other,
@@ -243,7 +244,7 @@ impl RemoteStore {
     ) -> Result<RemoteStore> {
         let (loc, opts) = Location::parse(url, options)?;
         let fetcher = Arc::new(Fetcher::new(&loc, &opts)?);
-        let meta = block_on(open_parts(&fetcher, cache.as_deref()))?;
+        let meta = block_on(fetcher.bounded(open_parts(&fetcher, cache.as_deref())))?;
         Ok(RemoteStore(Arc::new(Shared {
             loc,
             on_demand: meta.info().header().version >= 2,
@@ -301,7 +302,11 @@ impl RemoteStore {
         }
         let needed: Vec<usize> = self.0.meta.index_blocks_in(range)?.collect();
         let source = self.source()?;
-        block_on(self.view(&source.fetcher, Some(needed), how))
+        block_on(
+            source
+                .fetcher
+                .bounded(self.view(&source.fetcher, Some(needed), how)),
+        )
     }
 
     fn on_demand(&self) -> bool {
@@ -329,7 +334,7 @@ impl RemoteStore {
         let s = &self.0;
         let mut guard = s.fetcher.lock().unwrap_or_else(|e| e.into_inner());
         if guard.0 != pid() {
-            let fresh = Arc::new(Fetcher::new(&s.loc, &s.opts)?);
+            let fresh = Arc::new(Fetcher::for_opened(&s.loc, &s.opts)?);
             let old = std::mem::replace(&mut *guard, (pid(), fresh));
             std::mem::forget(old);
         }
@@ -353,12 +358,19 @@ impl RemoteStore {
         let source = self.source()?;
         let (store, ids) = (self.clone(), idx.to_vec());
         let task = spawn(async move {
-            let view = store.view(&source.fetcher, needed, Use::Gather).await?;
-            let entries = match &view {
-                Some(v) => v.entries(&ids)?,
-                None => store.0.meta.entries(&ids)?,
-            };
-            let (spans, cached) = source.fetch(&entries, true).await?;
+            let fetcher = source.fetcher.clone();
+            // One deadline for the gather: its index blocks and its records.
+            let (view, entries, spans, cached) = fetcher
+                .bounded(async {
+                    let view = store.view(&source.fetcher, needed, Use::Gather).await?;
+                    let entries = match &view {
+                        Some(v) => v.entries(&ids)?,
+                        None => store.0.meta.entries(&ids)?,
+                    };
+                    let (spans, cached) = source.fetch(&entries, true).await?;
+                    Ok::<_, Error>((view, entries, spans, cached))
+                })
+                .await?;
             Ok(Fetched {
                 view,
                 entries,
@@ -405,13 +417,17 @@ impl RemoteStore {
             let mut whole = xxhash_rust::xxh3::Xxh3::new();
             let all: Vec<usize> = (0..meta.index_block_count()).collect();
             for step in all.chunks(STEP_BLOCKS) {
-                for b in block_on(blocks.get(step, Use::Verify))? {
+                for b in block_on(source.fetcher.bounded(blocks.get(step, Use::Verify)))? {
                     whole.update(b.bytes());
                 }
             }
             meta.check_index_digest(whole.digest())?;
         }
-        block_on(check_sizes(&source.fetcher, &source.sizes))
+        block_on(
+            source
+                .fetcher
+                .bounded(check_sizes(&source.fetcher, &source.sizes)),
+        )
     }
 
     /// The per-record part of a verify for the records in `range`, as a local
@@ -444,7 +460,9 @@ impl RemoteStore {
                 .map_or(entries.len(), |k| k + 1);
             entries.truncate(keep);
             let end = start + keep as u64;
-            let (spans, _) = block_on(self.source()?.fetch(&entries, false))?;
+            let source = self.source()?;
+            let step = source.fetch(&entries, false);
+            let (spans, _) = block_on(source.fetcher.bounded(step))?;
             match &view {
                 Some(v) => v.verify_records(start..end, &THREADS, &spans)?,
                 None => self.0.meta.verify_records(start..end, &THREADS, &spans)?,
@@ -819,6 +837,23 @@ async fn small(
                 return Ok(b);
             }
             c.remove_small(store, name);
+        }
+    }
+    // The header's size is a claim: asked of the server first, so that a
+    // header claiming a huge index costs one request, not one per part.
+    match fetcher.size_of(name).await? {
+        Some(n) if n == size => {}
+        Some(n) => {
+            return Err(corrupt(
+                fetcher.loc().url_of(name),
+                format!("the file is {n} bytes but the header says {size}"),
+            ))
+        }
+        None => {
+            return Err(corrupt(
+                fetcher.loc().url_of(name),
+                format!("the file is missing (the header says it is {size} bytes)"),
+            ))
         }
     }
     // A large index comes in parallel parts.

@@ -28,6 +28,8 @@ class StorageOptions(TypedDict, total=False):
     retry_backoff: _Seconds
     request_timeout: _Seconds
     index_memory_bytes: _Count
+    first_byte_timeout: _Seconds
+    deadline: _Seconds
 
     # object_store's HTTP client, for every kind of store but file://.
     allow_http: _Flag
