@@ -19,6 +19,25 @@ mod store;
 mod windowed;
 mod writer;
 
+// Python allocates every object of a #[pyclass] with its own allocator, which
+// aligns to 16 bytes, so no class may need more: a value that does (xxh3's
+// hasher state is 64-byte aligned, and the writer holds several) lives behind a
+// Box, which Rust's allocator aligns as its type asks.
+const _: () = {
+    const MAX: usize = 16;
+    assert!(std::mem::align_of::<writer::PyWriter>() <= MAX);
+    assert!(std::mem::align_of::<store::PyStore>() <= MAX);
+    assert!(std::mem::align_of::<allocator::PyAllocator>() <= MAX);
+    assert!(std::mem::align_of::<sampler::PySampler>() <= MAX);
+    assert!(std::mem::align_of::<windowed::PyWindowed>() <= MAX);
+    assert!(std::mem::align_of::<packing::PyPacking>() <= MAX);
+    assert!(std::mem::align_of::<publish::PyBuildDir>() <= MAX);
+    assert!(std::mem::align_of::<sampler::PyMixture>() <= MAX);
+    assert!(std::mem::align_of::<store::PyPending>() <= MAX);
+    assert!(std::mem::align_of::<allocator::Allocation>() <= MAX);
+    assert!(std::mem::align_of::<dlpack::DLTensor>() <= MAX);
+};
+
 /// The rules and limits the Python package checks arguments against, defined
 /// once in the crates and exported here so that no rule is written twice.
 fn constants(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -16,7 +16,9 @@ use crate::errors::{invalid_argument, IntoPy};
 
 #[pyclass(module = "loaderx._native", name = "Writer", frozen)]
 pub struct PyWriter {
-    inner: Mutex<Option<Writer>>,
+    // Boxed: the writer is 64-byte aligned (its xxh3 states), more than Python
+    // aligns the objects it allocates (see the assertions in lib.rs).
+    inner: Mutex<Option<Box<Writer>>>,
 }
 
 impl PyWriter {
@@ -53,7 +55,7 @@ impl PyWriter {
             })
             .py_err()?;
         Ok(PyWriter {
-            inner: Mutex::new(Some(w)),
+            inner: Mutex::new(Some(Box::new(w))),
         })
     }
 }
