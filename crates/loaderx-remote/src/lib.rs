@@ -17,6 +17,9 @@
 //!   and `object_store`'s configuration.
 //! * [`RemoteStore`]: open, gather into a placement, verify; every record's
 //!   stored bytes are checked against their checksum before they are decoded.
+//!   Its index is fetched on demand, block by block, each block checked
+//!   against `index.sum` as it comes in and kept in memory within a budget
+//!   ([`DEFAULT_INDEX_MEMORY_BYTES`]) and in the cache.
 //! * [`Cache`]: an optional local directory of fixed-size blocks keyed by the
 //!   store's identity, shared safely by several processes.
 //! * [`upload`]: a published local store into object storage, header last.
