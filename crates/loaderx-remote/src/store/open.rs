@@ -1,0 +1,170 @@
+//! Opening a remote store: its small files and its data files' sizes, read and
+//! checked before any record is.
+
+use super::*;
+
+/// Checks that every data file exists with the size the header gives it.
+pub(super) async fn check_sizes(fetcher: &Fetcher, sizes: &[u64]) -> Result<()> {
+    let found = futures::future::try_join_all(
+        (0..sizes.len()).map(|s| async move { fetcher.size_of(&data_file(s)).await }),
+    )
+    .await?;
+    let loc = fetcher.loc();
+    for (s, (&want, got)) in sizes.iter().zip(found).enumerate() {
+        let url = loc.url_of(&data_file(s));
+        match got {
+            None => return Err(corrupt(url, "the data file is missing")),
+            Some(n) if n != want => {
+                return Err(corrupt(
+                    url,
+                    format!(
+                    "the data file is {n} bytes but the header says {want} (truncated or extended)"
+                ),
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// One small file of the store, from the cache when it holds it with the
+/// header's checksum, else fetched (and cached). `store` is the header checksum.
+async fn small(
+    fetcher: &Fetcher,
+    cache: Option<&Cache>,
+    store: u64,
+    name: &str,
+    size: u64,
+    sum: u64,
+) -> Result<Vec<u8>> {
+    if let Some(c) = cache {
+        if let Some(b) = c.get_small(store, name, size) {
+            if xxh3_64(&b) == sum {
+                return Ok(b);
+            }
+            c.remove_small(store, name);
+        }
+    }
+    // The header's size is a claim: asked of the server first, so that a
+    // header claiming a huge index costs one request, not one per part.
+    match fetcher.size_of(name).await? {
+        Some(n) if n == size => {}
+        Some(n) => {
+            return Err(corrupt(
+                fetcher.loc().url_of(name),
+                format!("the file is {n} bytes but the header says {size}"),
+            ))
+        }
+        None => {
+            return Err(corrupt(
+                fetcher.loc().url_of(name),
+                format!("the file is missing (the header says it is {size} bytes)"),
+            ))
+        }
+    }
+    // A large index comes in parallel parts.
+    let step = fetcher.opts().max_request_bytes.max(1);
+    let parts = futures::future::try_join_all(
+        (0..size.div_ceil(step))
+            .map(|k| fetcher.get_range(name, k * step..((k + 1) * step).min(size))),
+    )
+    .await?;
+    let mut out = Vec::new();
+    out.try_reserve_exact(size as usize)
+        .map_err(|_| zrecord::Error::OutOfMemory {
+            bytes: size as usize,
+        })?;
+    for p in parts {
+        out.extend_from_slice(&p);
+    }
+    if let Some(c) = cache {
+        if xxh3_64(&out) == sum {
+            c.put_small(store, name, &out);
+        }
+    }
+    Ok(out)
+}
+
+/// Reads and checks everything but the records: the header first, then the
+/// other small files and the data files' sizes, concurrently.
+pub(super) async fn open_parts(
+    fetcher: &Fetcher,
+    cache: Option<&Cache>,
+) -> Result<Metadata<RemoteIndex>> {
+    let loc = fetcher.loc();
+    let hname = zrecord::HEADER_FILE;
+    let size = match fetcher.size_of(hname).await? {
+        Some(n) => n,
+        None => {
+            return Err(Error::NotFound {
+                url: loc.url().to_string(),
+                what: loc.url_of(hname),
+            })
+        }
+    };
+    if size > zrecord::MAX_HEADER_BYTES {
+        return Err(corrupt(
+            loc.url_of(hname),
+            format!(
+                "the header is {size} bytes; a header is at most {}",
+                zrecord::MAX_HEADER_BYTES
+            ),
+        ));
+    }
+    let hbytes = fetcher.whole(hname, size).await?;
+    let name = Path::new(loc.url());
+    let header = zrecord::Header::decode(&hbytes, &name.join(hname))?;
+    let id = header.checksum;
+    let sums_size = if header.version >= 2 {
+        zrecord::index_sums_size(header.index_size)
+    } else {
+        0
+    };
+    let optional = |size: u64, file: &'static str, sum: u64| async move {
+        match size {
+            0 => Ok(None),
+            n => small(fetcher, cache, id, file, n, sum).await.map(Some),
+        }
+    };
+    // A store with block checksums has its index fetched on demand; one
+    // without (version 1) has it read whole here.
+    let (index, index_sums, dict, attrs, ()) = futures::try_join!(
+        async {
+            if header.version >= 2 {
+                return Ok(RemoteIndex::OnDemand(header.index_size));
+            }
+            let whole = small(
+                fetcher,
+                cache,
+                id,
+                zrecord::INDEX_FILE,
+                header.index_size,
+                header.index_xxh3,
+            );
+            Ok(RemoteIndex::Whole(whole.await?))
+        },
+        async {
+            Ok(
+                optional(sums_size, zrecord::INDEX_SUMS_FILE, header.index_sums_xxh3)
+                    .await?
+                    .unwrap_or_default(),
+            )
+        },
+        optional(header.dict_size, zrecord::DICT_FILE, header.dict_xxh3),
+        optional(header.attrs_size, zrecord::ATTRS_FILE, header.attrs_xxh3),
+        check_sizes(fetcher, &header.shard_sizes),
+    )?;
+    let parts = Parts {
+        index,
+        index_sums,
+        dict,
+        attrs,
+    };
+    Ok(Metadata::from_parts(
+        name,
+        &hbytes,
+        parts,
+        ReadOptions { checked: true },
+    )?)
+}

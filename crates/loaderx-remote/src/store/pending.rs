@@ -1,0 +1,177 @@
+//! A remote gather between its beginning and its end: the requests in flight,
+//! what cancels them, and the engine's view of it.
+
+use std::sync::Mutex;
+
+use loaderx_gather::{Allocator, Begun, Error, Records, Result};
+use tokio::task::JoinHandle;
+use zrecord::{data_file, Entry};
+
+use super::RemoteStore;
+use crate::fetch::{BlockKey, Spans};
+use crate::index::View;
+use crate::runtime::{block_on, pid};
+
+/// A gather begun by [`RemoteStore::begin`]: its records' stored bytes are on
+/// their way. [`Pending::finish`] waits for them and decodes; dropping it
+/// instead cancels the requests still in flight.
+pub struct Pending {
+    pub(super) store: RemoteStore,
+    pub(super) idx: Vec<u64>,
+    pub(super) pid: u32,
+    pub(super) task: Option<JoinHandle<Result<Fetched>>>,
+}
+
+impl Pending {
+    /// How many records the gather returns.
+    pub fn len(&self) -> usize {
+        self.idx.len()
+    }
+
+    /// Whether the gather returns no records.
+    pub fn is_empty(&self) -> bool {
+        self.idx.is_empty()
+    }
+
+    /// What cancels the gather's requests from another thread, even while
+    /// [`Pending::finish`] waits for them: that finish then fails.
+    pub fn canceller(&self) -> Canceller {
+        Canceller {
+            handle: self.task.as_ref().map(JoinHandle::abort_handle),
+            pid: self.pid,
+        }
+    }
+
+    /// Waits for the gather's bytes and decodes them into one block of
+    /// `allocator`, every record checked against its checksum first. A record
+    /// found damaged in cached bytes has its blocks dropped and is fetched again
+    /// once.
+    pub fn finish(mut self, allocator: &Allocator) -> Result<Records> {
+        let store = self.store.clone();
+        let url = store.url();
+        if self.pid != pid() {
+            return Err(Error::invalid(format!(
+                "{url}: a gather begun in process {} cannot be finished in process {}",
+                self.pid,
+                pid()
+            )));
+        }
+        let task = self
+            .task
+            .take()
+            .ok_or_else(|| Error::internal("the gather was already finished"))?;
+        let fetched = block_on(async move {
+            task.await.map_err(|e| {
+                if e.is_cancelled() {
+                    Error::Storage {
+                        url: url.to_string(),
+                        msg: "the gather was cancelled before its records arrived".into(),
+                    }
+                } else {
+                    Error::internal(format!("a remote fetch did not complete: {e}"))
+                }
+            })?
+        })?;
+        let idx = &self.idx;
+        let view = fetched.view.as_ref();
+        match store.fill(view, idx, &fetched.spans, allocator) {
+            Err(e)
+                if !fetched.cached.is_empty()
+                    && matches!(e.format(), Some(zrecord::Error::Corrupt { .. })) =>
+            {
+                let source = store.source()?;
+                if let Some(cache) = &store.0.cache {
+                    for &(file, block) in &fetched.cached {
+                        cache.remove(source.id, &data_file(file), block);
+                    }
+                }
+                let refetch = source.fetch(&fetched.entries, false);
+                let (spans, _) = block_on(source.fetcher.bounded(refetch))?;
+                store.fill(view, idx, &spans, allocator)
+            }
+            other => other,
+        }
+    }
+}
+
+/// Cancels a begun gather's requests ([`Pending::canceller`]).
+pub struct Canceller {
+    handle: Option<tokio::task::AbortHandle>,
+    pid: u32,
+}
+
+impl Canceller {
+    /// Stops the gather's requests; its finish fails. A no-op once the records
+    /// are in, and in a forked child (the requests are the parent's).
+    pub fn cancel(&self) {
+        if self.pid != pid() {
+            return;
+        }
+        if let Some(a) = &self.handle {
+            a.abort();
+        }
+    }
+}
+
+impl Drop for Canceller {
+    fn drop(&mut self) {
+        if self.pid != pid() {
+            // As for a Pending: the parent's task is not touched in a child.
+            std::mem::forget(self.handle.take());
+        }
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(t) = self.task.take() {
+            if self.pid == pid() {
+                t.abort();
+            } else {
+                // A forked child's copy: the task belongs to the parent's
+                // runtime, whose threads (and any lock they held at the fork) are
+                // not here, so it is not touched.
+                std::mem::forget(t);
+            }
+        }
+    }
+}
+
+/// A [`Pending`] gather as the engine's [`Begun`]: finished once, cancelled
+/// from any thread meanwhile.
+pub(super) struct BegunGather {
+    pub(super) len: usize,
+    pub(super) pending: Mutex<Option<Pending>>,
+    pub(super) canceller: Canceller,
+}
+
+impl Begun for BegunGather {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn cancel(&self) {
+        self.canceller.cancel();
+    }
+
+    fn finish(&self, allocator: &Allocator) -> Result<Records> {
+        let pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or_else(|| Error::invalid("this gather was already finished"))?;
+        pending.finish(allocator)
+    }
+}
+
+/// The stored bytes of a gather's records, and which cached blocks they came
+/// from (dropped if a record in them turns out damaged).
+pub(super) struct Fetched {
+    /// The store over the index blocks the gather needs; `None` for an index
+    /// read whole at open.
+    pub(super) view: Option<View>,
+    pub(super) entries: Vec<Entry>,
+    pub(super) spans: Spans,
+    pub(super) cached: Vec<BlockKey>,
+}
