@@ -106,14 +106,22 @@ def failure(path: str, e: BaseException) -> dict[str, Any]:
     }
 
 
-def positive(text: str) -> int:
+def _integer(text: str, least: int, why: str) -> int:
     try:
         v = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{v} is not positive")
+    if v < least:
+        raise argparse.ArgumentTypeError(f"{v} {why}")
     return v
+
+
+def positive(text: str) -> int:
+    return _integer(text, 1, "is not positive")
+
+
+def non_negative(text: str) -> int:
+    return _integer(text, 0, "is negative")
 
 
 def _key_value(text: str) -> tuple[str, str]:

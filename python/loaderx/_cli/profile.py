@@ -22,6 +22,7 @@ from ._common import (
     USAGE,
     NewCommand,
     error_line,
+    non_negative,
     open_reader,
     positive,
     storage_option_arg,
@@ -193,16 +194,6 @@ def run(args: argparse.Namespace) -> int:
     return OK
 
 
-def _count(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{v} is negative")
-    return v
-
-
 def _seconds(text: str) -> float:
     try:
         v = float(text)
@@ -221,7 +212,7 @@ def add(new: NewCommand) -> None:
     p.add_argument("--steps", type=positive, default=200)
     p.add_argument("--mode", choices=sorted(MODES), default="iid")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--workers", type=_count, default=4, help="worker threads (0: none)")
+    p.add_argument("--workers", type=non_negative, default=4, help="worker threads (0: none)")
     p.add_argument("--prefetch", type=positive, default=4)
     p.add_argument("--transform", metavar="MODULE:FUNCTION", help="a transform to run per step")
     p.add_argument(
