@@ -104,6 +104,8 @@ def stats(stages, input_bound=1.0, steps=10) -> LoaderStats:
         "stages": {k: {"total_s": v, "p50_s": 0.0, "p95_s": 0.0} for k, v in stages.items()},
         "queue": {"capacity": 8, "mean": 0.0, "max": 0, "empty": 1.0},
         "bytes_gathered": 0,
+        "bytes_fetched": 0,
+        "bytes_from_cache": 0,
     }
 
 

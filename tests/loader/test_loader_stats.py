@@ -13,7 +13,7 @@ from loaderx.dataloader import Loader, format_stats
 from loaderx.dataloader._stats import _buckets, _middle, _percentile
 from loaderx.errors import InvalidArgumentError
 from loaderx.sampler import Sampler
-from loaderx.zrecord import Dense, Ragged, RaggedBatch
+from loaderx.zrecord import Cache, Dense, Ragged, RaggedBatch
 
 SEQ = Sampler.Mode.SEQUENTIAL
 
@@ -153,6 +153,43 @@ def test_a_remote_reader_behind_latency_waits_in_fetch_wait(tmp_path, range_serv
     assert st["bytes_gathered"] == sum(len(d) * 4 for d in data[: 6 * 32])
 
 
+def test_bytes_fetched_and_read_from_the_cache_are_the_stores_traffic(tmp_path, range_server):
+    data = np.arange(2000 * 1024, dtype=np.uint32).astype(np.uint8).reshape(2000, 1024)
+    with Dense.create(tmp_path / "s", np.uint8, (1024,), codec="raw") as w:
+        w.append(data)
+    url, cache = range_server.url + "/s", Cache(tmp_path / "cache", block_bytes=64 * 1024)
+
+    def run(reader):
+        # No workers: nothing is fetched ahead of the steps delivered.
+        s = Sampler(len(reader), 64, Sampler.Mode.IID, seed=3)
+        with Loader({"x": [reader, reader]}, s, workers=0) as loader:
+            for _ in range(10):
+                loader.next()
+            return loader.stats()
+
+    cold = Dense.open(url, storage_options=HTTP_STORAGE_OPTIONS, cache=cache)
+    range_server.reset_counts()
+    st = run(cold)
+    assert st["bytes_fetched"] == range_server.body_bytes() > st["bytes_gathered"] == 10 * 64 * 1024
+    # Later steps find some of the blocks earlier ones fetched.
+    assert 0 <= st["bytes_from_cache"] < st["bytes_gathered"]
+    assert cold.traffic().fetched >= st["bytes_fetched"]
+    warm = Dense.open(url, storage_options=HTTP_STORAGE_OPTIONS, cache=cache)
+    range_server.reset_counts()
+    st = run(warm)
+    assert st["bytes_fetched"] == range_server.body_bytes() == 0
+    assert st["bytes_from_cache"] >= st["bytes_gathered"] == 10 * 64 * 1024
+    assert "fetched" in format_stats(st) and "from the cache" in format_stats(st)
+
+
+def test_a_local_store_fetches_nothing(store):
+    with Loader({"x": [store]}, Sampler(len(store), 64, SEQ), workers=1) as loader:
+        loader.next()
+        st = loader.stats()
+    assert (st["bytes_fetched"], st["bytes_from_cache"]) == (0, 0)
+    assert tuple(store.traffic()) == (0, 0)
+
+
 # -- the consumer's side -----------------------------------------------------------
 
 
@@ -237,6 +274,8 @@ def test_stats_are_plain_json(store):
         "stages",
         "queue",
         "bytes_gathered",
+        "bytes_fetched",
+        "bytes_from_cache",
     }
 
 
@@ -303,6 +342,8 @@ def test_format_stats_reads_a_stats_dict():
         },
         "queue": {"capacity": 4, "mean": 3.2, "max": 4, "empty": 0.01},
         "bytes_gathered": 1_250_000_000,
+        "bytes_fetched": 0,
+        "bytes_from_cache": 0,
     }
     assert format_stats(st) == (
         "input-bound 3%: 1200 steps, 120/s; p50 draw 2.1 µs, gather 41 µs, "

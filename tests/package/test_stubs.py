@@ -286,6 +286,7 @@ def exercise_store(nat: Native, root: pathlib.Path, codec: str, dictionary: byte
     assert (np.from_dlpack(batch) == DENSE[[4, 0, 4]]).all()
     assert (np.from_dlpack(one) == DENSE[7]).all()
     assert nat.get(dense, "url") is None
+    assert nat.call(dense, "traffic") == (0, 0)
     assert nat.call(_native, "is_url", "s3://bucket/store") is True
     assert nat.call(_native, "is_url", str(root / "dense")) is False
     url = (root / "uploaded").as_uri()
@@ -294,6 +295,8 @@ def exercise_store(nat: Native, root: pathlib.Path, codec: str, dictionary: byte
     assert nat.get(remote, "url") == url
     got = nat.call(remote, "gather_dense", np.array([4, 0, 4], dtype=np.int64), host)
     assert (np.from_dlpack(got) == DENSE[[4, 0, 4]]).all()
+    fetched, from_cache = nat.call(remote, "traffic")
+    assert fetched >= DENSE[[4, 0, 4]].nbytes and from_cache >= 0
     pending = nat.call(remote, "begin", np.array([2, 5], dtype=np.uint64))
     got = nat.call(remote, "finish_dense", pending, host)
     assert (np.from_dlpack(got) == DENSE[[2, 5]]).all()

@@ -42,6 +42,13 @@ pub trait RecordSource: Send + Sync {
     /// need.
     fn records(&self, idx: &[u64], allocator: &Allocator) -> Result<Records>;
 
+    /// Bytes this store's reads moved in this process since it was opened:
+    /// `(fetched from object storage, read from the block cache)`; `(0, 0)`
+    /// for a local store.
+    fn traffic(&self) -> (u64, u64) {
+        (0, 0)
+    }
+
     /// Starts the gather of `idx` and returns at once, for a source whose
     /// records take time to arrive; positions are checked here. A local store
     /// gathers at once and refuses.

@@ -157,6 +157,12 @@ impl PyStore {
         self.source.url().map(str::to_string)
     }
 
+    /// `(bytes fetched from object storage, bytes read from the block cache)`
+    /// by this store's reads in this process; `(0, 0)` for a local store.
+    fn traffic(&self) -> (u64, u64) {
+        self.source.traffic()
+    }
+
     /// The header's own checksum: it covers every other file's checksum, so it
     /// identifies the store's exact contents.
     #[getter]

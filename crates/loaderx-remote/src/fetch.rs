@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -347,6 +347,34 @@ pub(crate) struct Fetcher {
     /// Whether a request to the store has succeeded: until one has, a refused
     /// connection is not retried.
     answered: AtomicBool,
+    /// What the store's reads moved, in this process.
+    pub traffic: Traffic,
+}
+
+/// Bytes a store's reads moved since it was opened in this process: response
+/// bodies from object storage, and bytes read from the block cache instead.
+#[derive(Default)]
+pub(crate) struct Traffic {
+    fetched: AtomicU64,
+    from_cache: AtomicU64,
+}
+
+impl Traffic {
+    pub fn add_fetched(&self, bytes: usize) {
+        self.fetched.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    pub fn add_from_cache(&self, bytes: usize) {
+        self.from_cache.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// `(fetched, from_cache)`.
+    pub fn totals(&self) -> (u64, u64) {
+        (
+            self.fetched.load(Ordering::Relaxed),
+            self.from_cache.load(Ordering::Relaxed),
+        )
+    }
 }
 
 /// A block of a data file: the file's number and the block's.
@@ -410,6 +438,7 @@ impl Fetcher {
             permits: Semaphore::new(opts.max_concurrency),
             blocks: Mutex::new(HashMap::new()),
             answered: AtomicBool::new(false),
+            traffic: Traffic::default(),
         })
     }
 
@@ -488,6 +517,7 @@ impl Fetcher {
                 }
             })
             .await
+            .inspect(|bytes| self.traffic.add_fetched(bytes.len()))
     }
 
     /// Runs `requests` against the store's data files, as many at once as the

@@ -288,6 +288,7 @@ impl<I: IndexSource> Blocks<'_, I> {
         .map_err(|e| Error::internal(format!("reading the cache did not complete: {e}")))?;
         let mut out = Vec::with_capacity(got.len());
         for (b, bytes) in got {
+            self.fetcher.traffic.add_from_cache(bytes.len());
             match self.meta.check_index_block(b, bytes) {
                 Ok(block) => out.push(block),
                 Err(_) => cache.remove(self.id(), INDEX_FILE, b as u64),

@@ -324,6 +324,11 @@ impl RecordSource for RemoteStore {
         Some(RemoteStore::url(self))
     }
 
+    fn traffic(&self) -> (u64, u64) {
+        let fetcher = self.0.fetcher.lock().unwrap_or_else(|e| e.into_inner());
+        fetcher.1.traffic.totals()
+    }
+
     fn records(&self, idx: &[u64], allocator: &Allocator) -> Result<Records> {
         RemoteStore::begin(self, idx)?.finish(allocator)
     }
@@ -574,6 +579,7 @@ impl Source {
             match got {
                 Some(parts) => {
                     for (r, bytes) in ranges.iter().zip(parts) {
+                        self.fetcher.traffic.add_from_cache(bytes.len());
                         pieces.insert((file, b * bs + r.start), bytes);
                     }
                     cached.push((file, b));

@@ -17,11 +17,12 @@ from typing import Generic, TypeAlias, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, LoaderxError
 from ..protocols import IndexSampler, Positions, PrefetchingReader
+from ..zrecord._reader import StoreReader
 from ._process import split_description
 from ._rng import StepInfo
-from ._stats import LoaderStats, Recorder, Report, batch_bytes
+from ._stats import LoaderStats, Recorder, Report, Traffic, batch_bytes
 from ._streams import Streams
 
 B = TypeVar("B")  # what one reader's gather returns
@@ -128,6 +129,32 @@ class _Step(Generic[T]):
         self.times, self.nbytes, self.end_ns = times, nbytes, end_ns
 
 
+def _traffic(streams: Streams[B]) -> Traffic:
+    """What sums the bytes the streams' stores fetched and read from their
+    caches; each open store once, however many readers and views share it."""
+    stores: dict[int, StoreReader[object]] = {}
+    for readers in streams.lists:
+        for r in readers:
+            if isinstance(r, StoreReader) and r.url is not None:
+                stores.setdefault(id(r._store()), cast("StoreReader[object]", r))  # pyright: ignore[reportPrivateUsage]
+    if not stores:
+        return lambda: (0, 0)
+    chosen = list(stores.values())
+
+    def total() -> tuple[int, int]:
+        fetched = cached = 0
+        for r in chosen:
+            try:
+                f, c = r.traffic()
+            except (LoaderxError, ValueError):  # closed since: it moves nothing more
+                continue
+            fetched += f
+            cached += c
+        return fetched, cached
+
+    return total
+
+
 # Pipelines whose workers have started: closed and joined at interpreter exit, and
 # given fresh locks in a forked child.
 _STARTED: weakref.WeakSet[Pipeline[object, object]] = weakref.WeakSet()
@@ -173,7 +200,7 @@ class Pipeline(Generic[B, T]):
         self.failed: BaseException | None = None
         self.pid = os.getpid()
         stages = ("draw", "gather") + (("transform",) if transform is not None else ())
-        self.stats = Recorder(prefetch + workers if workers else 0, stages)
+        self.stats = Recorder(prefetch + workers if workers else 0, stages, _traffic(streams))
         self.stats.set_reports(stats_every, on_stats)
 
     # -- one step ---------------------------------------------------------------

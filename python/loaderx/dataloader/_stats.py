@@ -65,9 +65,17 @@ class LoaderStats(TypedDict):
     stages: dict[str, StageStats]
     queue: QueueStats
     bytes_gathered: int
+    bytes_fetched: int
+    bytes_from_cache: int
 
 
 Report: TypeAlias = Callable[[LoaderStats], object]
+# What the loader's stores moved so far: (fetched, from the cache).
+Traffic: TypeAlias = Callable[[], tuple[int, int]]
+
+
+def _no_traffic() -> tuple[int, int]:
+    return (0, 0)
 
 
 # Columns of a pending step: the STAGES' times, the consumer's wait, the bytes,
@@ -140,8 +148,12 @@ class Recorder:
     """The counters of one Loader. Every method is called under the pipeline's
     condition lock."""
 
-    def __init__(self, queue_capacity: int, stages: tuple[str, ...]) -> None:
+    def __init__(
+        self, queue_capacity: int, stages: tuple[str, ...], traffic: Traffic = _no_traffic
+    ) -> None:
         self.capacity = queue_capacity
+        self.traffic = traffic
+        self.window_traffic = self.last_report_traffic = traffic()
         # Reported always, in STAGES order; another stage once a step has had it
         # (fetch_wait: a reader that reads in the background had to be waited for).
         self.present = [name in stages for name in STAGES]
@@ -200,11 +212,12 @@ class Recorder:
     def reset(self) -> None:
         self._fold()
         self.window = self.counts.copy()
+        self.window_traffic = self.traffic()
         self.window_start = time.perf_counter_ns() if self.first_call is not None else None
 
     def stats(self) -> LoaderStats:
         self._fold()
-        return self._since(self.window, self.window_start)
+        return self._since(self.window, self.window_start, self.window_traffic, self.traffic())
 
     def due(self, now: int) -> LoaderStats | None:
         """The report of the period just ended, when one is due; the caller calls
@@ -214,13 +227,22 @@ class Recorder:
         if now - self.last_report_at < self.report_every:
             return None
         self._fold()
-        out = self._since(self.last_report, self.last_report_at)
+        moved = self.traffic()
+        out = self._since(self.last_report, self.last_report_at, self.last_report_traffic, moved)
         self.last_report = self.counts.copy()
+        self.last_report_traffic = moved
         self.last_report_at = now
         return out
 
-    def _since(self, before: _Counts, start: int | None) -> LoaderStats:
+    def _since(
+        self,
+        before: _Counts,
+        start: int | None,
+        traffic: tuple[int, int],
+        moved: tuple[int, int],
+    ) -> LoaderStats:
         c = self.counts
+        fetched, cached = moved
         now = time.perf_counter_ns()
         elapsed = 0 if start is None else now - start
         wait_ns = int(c.totals[_WAIT] - before.totals[_WAIT])
@@ -247,6 +269,8 @@ class Recorder:
                 "empty": int(queue[0]) / seen if seen else 0.0,
             },
             "bytes_gathered": c.bytes - before.bytes,
+            "bytes_fetched": fetched - traffic[0],
+            "bytes_from_cache": cached - traffic[1],
         }
 
 
@@ -291,10 +315,17 @@ def format_stats(stats: LoaderStats) -> str:
     rate = f"{steps / elapsed:.3g}/s" if elapsed > 0 else "-"
     stages = ", ".join(f"{k} {_duration(v['p50_s'])}" for k, v in stats["stages"].items())
     q = stats["queue"]
+    remote = ""
+    if stats["bytes_fetched"] or stats["bytes_from_cache"]:
+        remote = (
+            f", {_size(stats['bytes_fetched'])} fetched, "
+            f"{_size(stats['bytes_from_cache'])} from the cache"
+        )
     return (
         f"input-bound {stats['input_bound']:.0%}: {steps} steps, {rate}; "
         f"p50 {stages}; wait {_duration(stats['wait']['p50_s'])} p50; "
         f"queue {q['mean']:.2g} of {q['capacity']}; {_size(stats['bytes_gathered'])} gathered"
+        + remote
     )
 
 

@@ -20,7 +20,7 @@ from ._dense import Dense, DenseWriter
 from ._keys import SupportsDLPack
 from ._options import StorageOptions
 from ._ragged import Ragged, RaggedBatch, RaggedWriter
-from ._reader import ModeError, RecordSizes, StoreStats
+from ._reader import ModeError, RecordSizes, StoreStats, Traffic
 from ._reader import reopen_reader as _reopen_reader
 from ._remote import Cache
 from ._remote import Remote as _Remote
@@ -40,6 +40,7 @@ __all__ = [
     "StorageOptions",
     "StoreStats",
     "SupportsDLPack",
+    "Traffic",
     "ZrecordError",
     "clean",
     "concat",
@@ -80,6 +81,7 @@ for _public in (
     StorageOptions,
     StoreStats,
     SupportsDLPack,
+    Traffic,
     clean,
     concat,
     open,

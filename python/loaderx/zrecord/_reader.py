@@ -58,6 +58,16 @@ class RecordSizes(NamedTuple):
     """Bytes each record takes in its data file."""
 
 
+class Traffic(NamedTuple):
+    """What a reader's store moved in this process since it was opened (shared
+    by its ``bind`` views and copies of the same open store)."""
+
+    fetched: int
+    """Response bytes fetched from object storage (0 for a local store)."""
+    from_cache: int
+    """Bytes read from the block cache instead of fetched."""
+
+
 @dataclass(frozen=True)
 class StoreStats:
     """What a store holds, from its header and index; no record is read."""
@@ -363,6 +373,11 @@ class StoreReader(ABC, Generic[_BatchT]):
     def url(self) -> str | None:
         """The URL a remote store was opened from; None for a local store."""
         return None if self._remote is None else self._remote.url
+
+    def traffic(self) -> Traffic:
+        """The bytes this reader's store fetched from object storage and read
+        from its block cache in this process: zeros for a local store."""
+        return Traffic(*self._store().traffic())
 
     def verify(self, *, progress: ProgressArg = False) -> None:
         """Reads every record and checks it against its checksum; raises
