@@ -425,8 +425,9 @@ class Pipeline(Generic[B, T]):
             # into the sampler's buffer while another gathers from it.
             with self.draw:
                 self.check_open()
-                with self.cond:
-                    self.stats.called(called)
+                if self.stats.first_call is None:  # once: no lock on later steps
+                    with self.cond:
+                        self.stats.called(called)
                 try:
                     done = self.run(self.draw_and_begin(self.delivered, called))
                 except BaseException as e:

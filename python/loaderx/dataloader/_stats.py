@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from typing import TypeAlias, TypedDict, cast
+from typing import NamedTuple, TypeAlias, TypedDict, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -144,6 +144,15 @@ def _percentile(counts: npt.NDArray[np.int64], n: int, percent: int) -> float:
     return _middle(bucket) / 1e9
 
 
+class _Mark(NamedTuple):
+    """Where a window begins: the counters, the clock (None before the first
+    next()) and the stores' traffic then."""
+
+    counts: _Counts
+    at: int | None
+    traffic: tuple[int, int]
+
+
 class Recorder:
     """The counters of one Loader. Every method is called under the pipeline's
     condition lock."""
@@ -153,7 +162,6 @@ class Recorder:
     ) -> None:
         self.capacity = queue_capacity
         self.traffic = traffic
-        self.window_traffic = self.last_report_traffic = traffic()
         # Reported always, in STAGES order; another stage once a step has had it
         # (fetch_wait: a reader that reads in the background had to be waited for).
         self.present = [name in stages for name in STAGES]
@@ -161,12 +169,10 @@ class Recorder:
         self.pending: list[int] = []  # _COLUMNS integers per step not yet folded
         self.first_call: int | None = None  # perf_counter_ns of the first next()
         self.first_batch: int | None = None
-        self.window = self.counts.copy()
-        self.window_start: int | None = None
+        # The window stats() reports, and the period the next report covers.
+        self.window = self.last_report = _Mark(self.counts.copy(), None, traffic())
         self.report_every: int | None = None
         self.report: Report | None = None
-        self.last_report = self.counts.copy()
-        self.last_report_at: int | None = None
 
     def set_reports(self, every_s: float | None, report: Report | None) -> None:
         if every_s is None:
@@ -177,7 +183,9 @@ class Recorder:
     def called(self, now: int) -> None:
         """The consumer entered next()."""
         if self.first_call is None:
-            self.first_call = self.window_start = self.last_report_at = now
+            self.first_call = now
+            self.window = self.window._replace(at=now)
+            self.last_report = self.last_report._replace(at=now)
 
     def delivered(self, step: tuple[int, ...], now: int) -> None:
         """One step reached the consumer: its STAGES' times (-1 for a stage it
@@ -211,40 +219,30 @@ class Recorder:
 
     def reset(self) -> None:
         self._fold()
-        self.window = self.counts.copy()
-        self.window_traffic = self.traffic()
-        self.window_start = time.perf_counter_ns() if self.first_call is not None else None
+        at = time.perf_counter_ns() if self.first_call is not None else None
+        self.window = _Mark(self.counts.copy(), at, self.traffic())
 
     def stats(self) -> LoaderStats:
         self._fold()
-        return self._since(self.window, self.window_start, self.window_traffic, self.traffic())
+        return self._since(self.window, self.traffic())
 
     def due(self, now: int) -> LoaderStats | None:
         """The report of the period just ended, when one is due; the caller calls
         ``self.report`` with it outside the lock."""
-        if self.report_every is None or self.last_report_at is None:
-            return None
-        if now - self.last_report_at < self.report_every:
+        at = self.last_report.at
+        if self.report_every is None or at is None or now - at < self.report_every:
             return None
         self._fold()
         moved = self.traffic()
-        out = self._since(self.last_report, self.last_report_at, self.last_report_traffic, moved)
-        self.last_report = self.counts.copy()
-        self.last_report_traffic = moved
-        self.last_report_at = now
+        out = self._since(self.last_report, moved)
+        self.last_report = _Mark(self.counts.copy(), now, moved)
         return out
 
-    def _since(
-        self,
-        before: _Counts,
-        start: int | None,
-        traffic: tuple[int, int],
-        moved: tuple[int, int],
-    ) -> LoaderStats:
-        c = self.counts
+    def _since(self, mark: _Mark, moved: tuple[int, int]) -> LoaderStats:
+        """The statistics from `mark` until now, `moved` being the traffic now."""
+        c, before = self.counts, mark.counts
         fetched, cached = moved
-        now = time.perf_counter_ns()
-        elapsed = 0 if start is None else now - start
+        elapsed = 0 if mark.at is None else time.perf_counter_ns() - mark.at
         wait_ns = int(c.totals[_WAIT] - before.totals[_WAIT])
         queue = c.queue - before.queue
         seen = int(queue.sum())
@@ -269,8 +267,8 @@ class Recorder:
                 "empty": int(queue[0]) / seen if seen else 0.0,
             },
             "bytes_gathered": c.bytes - before.bytes,
-            "bytes_fetched": fetched - traffic[0],
-            "bytes_from_cache": cached - traffic[1],
+            "bytes_fetched": fetched - mark.traffic[0],
+            "bytes_from_cache": cached - mark.traffic[1],
         }
 
 
