@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 CODECS: tuple[str, ...] = _native.CODECS
 DICTIONARY_CODECS: tuple[str, ...] = _native.DICTIONARY_CODECS
 MAX_DATA_SHARDS: int = _native.MAX_DATA_SHARDS
+MAX_DATA_FILES: int = _native.MAX_DATA_FILES
 MAX_ATTRS_BYTES: int = _native.MAX_ATTRS_BYTES
 
 # The element types a store holds, by NumPy name: exactly those DLPack represents

@@ -15,7 +15,7 @@ import fs_faults
 import numpy as np
 import pytest
 
-from loaderx import errors
+from loaderx import _native, errors
 from loaderx.utils import train_dict
 from loaderx.zrecord import Dense, Ragged, RaggedBatch, clean, concat
 
@@ -240,13 +240,36 @@ def test_arguments_are_refused_before_anything_is_made(tmp_path):
         concat(str(tmp_path / "a"), tmp_path / "out")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="verify must be a bool"):
         concat([tmp_path / "a"], tmp_path / "out", verify=1)  # type: ignore[arg-type]
-    with pytest.raises(errors.InvalidArgumentError, match="400 data files.*at most 255"):
-        concat([tmp_path / "wide", tmp_path / "wide"], tmp_path / "out")
+    wides = [tmp_path / "wide"] * (_native.MAX_DATA_FILES // 200 + 1)
+    with pytest.raises(
+        errors.InvalidArgumentError,
+        match=f"{200 * len(wides)} data files.*at most {_native.MAX_DATA_FILES}",
+    ):
+        concat(wides, tmp_path / "out")
     with pytest.raises(errors.StoreExistsError):
         concat([tmp_path / "a"], tmp_path / "wide")
     with pytest.raises(errors.StoreNotFoundError):
         concat([tmp_path / "a", tmp_path / "missing"], tmp_path / "out")
     assert names(tmp_path) == before
+
+
+def test_more_than_255_data_files_make_a_version_3_store(tmp_path):
+    dense_part(tmp_path / "wide", np.arange(6, dtype=np.int16).reshape(3, 2), shards=200)
+    dense_part(tmp_path / "one", np.full((1, 2), -7, np.int16), shards=1)
+    at_most = concat([tmp_path / "wide"] + [tmp_path / "one"] * 55, tmp_path / "v2")
+    assert (at_most.records, at_most.data_files) == (58, 255)
+    with Dense.open(at_most.path) as ds:
+        assert ds.format_version == _native.FORMAT_VERSION == 2
+    result = concat([tmp_path / "one", tmp_path / "wide", tmp_path / "wide"], tmp_path / "v3")
+    assert (result.records, result.data_files) == (7, 401)
+    with Dense.open(result.path) as ds:
+        assert ds.format_version == _native.NEWEST_FORMAT_VERSION == 3
+        assert ds.data_shards == 401
+        ds.verify()
+        got = np.from_dlpack(ds[np.arange(7)])
+    wide = np.arange(6).reshape(3, 2)
+    want = np.concatenate([np.full((1, 2), -7), wide, wide]).astype(np.int16)
+    np.testing.assert_array_equal(got, want)
 
 
 def test_nothing_is_published_on_a_failure_part_way(tmp_path, rng):

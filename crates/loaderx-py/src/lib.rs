@@ -64,6 +64,8 @@ fn constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("FORMAT_VERSION", zrecord::FORMAT_VERSION)?;
     m.add("DEFAULT_DATA_SHARDS", zrecord::DEFAULT_DATA_SHARDS)?;
     m.add("MAX_DATA_SHARDS", zrecord::MAX_DATA_SHARDS)?;
+    m.add("MAX_DATA_FILES", zrecord::MAX_DATA_FILES)?;
+    m.add("NEWEST_FORMAT_VERSION", zrecord::NEWEST_FORMAT_VERSION)?;
     m.add("MAX_NDIM", zrecord::MAX_NDIM)?;
     m.add("MAX_RECORD_BYTES", zrecord::MAX_RECORD_BYTES)?;
     m.add("MAX_RAGGED_ELEMENTS", zrecord::MAX_RAGGED_ELEMENTS)?;

@@ -226,7 +226,7 @@ impl PyStore {
     }
 
     #[getter]
-    fn data_shards(&self) -> u8 {
+    fn data_shards(&self) -> u32 {
         self.info().schema().data_shards
     }
 

@@ -87,7 +87,7 @@ impl PyWriter {
             parse_dtype(dtype)?,
             &item_shape,
             parse_codec(codec)?,
-            data_shards,
+            data_shards.into(),
         )
         .py_err()?;
         Self::start(py, path, schema, dict, attrs)
@@ -106,8 +106,13 @@ impl PyWriter {
         dict: Option<Vec<u8>>,
         attrs: Option<Vec<u8>>,
     ) -> PyResult<Self> {
-        let schema =
-            Schema::ragged(parse_dtype(dtype)?, ndim, parse_codec(codec)?, data_shards).py_err()?;
+        let schema = Schema::ragged(
+            parse_dtype(dtype)?,
+            ndim,
+            parse_codec(codec)?,
+            data_shards.into(),
+        )
+        .py_err()?;
         Self::start(py, path, schema, dict, attrs)
     }
 

@@ -588,7 +588,7 @@ fn failed(attempts: u32, msg: &str) -> String {
 mod tests {
     use super::*;
 
-    fn e(file: u8, offset: u64, len: u32) -> Entry {
+    fn e(file: u32, offset: u64, len: u32) -> Entry {
         Entry {
             offset,
             stored_len: len,

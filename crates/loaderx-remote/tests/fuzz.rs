@@ -271,7 +271,7 @@ fn write_store(rng: &mut Rng, dir: &Path) -> Written {
     let shards = 1 + rng.below(3) as u8;
     let width = 1 + rng.below(300);
     let n = 1 + rng.below(200) as usize;
-    let schema = Schema::dense(DType::U8, &[width], codec, shards).expect("schema");
+    let schema = Schema::dense(DType::U8, &[width], codec, shards.into()).expect("schema");
     let dict: Vec<u8> = (0..2048u32).map(|i| (i % 251) as u8).collect();
     let dest = dir.join(format!("w{}", rng.next()));
     let mut w = Writer::create(

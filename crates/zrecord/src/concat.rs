@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::error::{Error, IoContext, Result};
-use crate::format::{self, Header, IndexSums, Kind, Schema, MAX_ATTRS_BYTES, MAX_DATA_SHARDS};
+use crate::format::{self, Header, IndexSums, Kind, Schema, MAX_ATTRS_BYTES, MAX_DATA_FILES};
 use crate::local::Store;
 use crate::parallel::Parallel;
 use crate::publish::{check_destination, publish_with_header, write_whole, BuildDir};
@@ -69,7 +69,8 @@ pub struct ConcatReport {
 /// The sources must share one schema: kind, dtype, item shape (Dense) or ndim
 /// (Ragged), codec and, for `zstd_dict`, the dictionary; their `data_shards`
 /// may differ, and the result has their sum of data files, which must stay
-/// within the format's 255. Each source is opened and checked as a reader
+/// within [`MAX_DATA_FILES`]. A result of more than 255 data files is written in
+/// format version 3, any other in version 2. Each source is opened and checked as a reader
 /// checks it; every index entry is checked as a gather checks it before it is
 /// rewritten. `progress(done, total)` is called with records rewritten so far
 /// after each step; an error it returns stops the concatenation.
@@ -97,6 +98,7 @@ pub fn concat(
         }
     }
     check_destination(dest)?;
+    check_file_count(sources)?;
     let stores = sources
         .iter()
         .map(|p| Store::open(p))
@@ -158,11 +160,11 @@ pub fn concat(
             placed.push(file);
             shard_sizes.push(size);
         }
-        let base = u8::try_from(base).map_err(|_| too_many_files(plan.data_files))?;
+        let base = u32::try_from(base).map_err(|_| too_many_files(plan.data_files))?;
         let mut buf = Vec::with_capacity(INDEX_STEP_BYTES + plan.schema.entry_size());
         for i in 0..store.len() {
             let (mut e, shape) = store.entry_and_shape(i)?;
-            // The plan bounded the file count by 255 and each entry's file number
+            // The plan bounded the file count and each entry's file number
             // by its source's count, so this cannot overflow; checked regardless.
             e.file = base
                 .checked_add(e.file)
@@ -197,7 +199,8 @@ pub fn concat(
     .1;
     let mut schema = plan.schema.clone();
     schema.data_shards =
-        u8::try_from(plan.data_files).map_err(|_| too_many_files(plan.data_files))?;
+        u32::try_from(plan.data_files).map_err(|_| too_many_files(plan.data_files))?;
+    let version = format::version_for(schema.data_shards);
     let header = Header {
         schema,
         record_count: plan.records,
@@ -206,7 +209,7 @@ pub fn concat(
         dict_size,
         dict_xxh3,
         shard_sizes,
-        version: format::FORMAT_VERSION,
+        version,
         index_sums_xxh3,
         attrs_size,
         attrs_xxh3,
@@ -299,7 +302,7 @@ impl Plan {
                 .checked_add(s.data_shards as usize)
                 .ok_or_else(|| too_many_files(usize::MAX))?;
         }
-        if data_files > MAX_DATA_SHARDS as usize {
+        if data_files > MAX_DATA_FILES as usize {
             return Err(too_many_files(data_files));
         }
         // A position must fit a signed 64-bit integer (the type positions take in
@@ -327,6 +330,22 @@ impl Plan {
     }
 }
 
+/// Refuses sources holding more data files than a store can, from their headers
+/// alone, before any is opened (an open store holds a descriptor per data file).
+/// A header that does not read is left for opening to report.
+fn check_file_count(sources: &[PathBuf]) -> Result<()> {
+    let mut files: usize = 0;
+    for p in sources {
+        if let Ok(h) = crate::local::read_header(&p.join(format::HEADER_FILE)) {
+            files = files.saturating_add(h.schema.data_shards as usize);
+        }
+    }
+    if files > MAX_DATA_FILES as usize {
+        return Err(too_many_files(files));
+    }
+    Ok(())
+}
+
 fn kind_name(k: Kind) -> &'static str {
     match k {
         Kind::Dense => "Dense",
@@ -336,8 +355,8 @@ fn kind_name(k: Kind) -> &'static str {
 
 fn too_many_files(n: usize) -> Error {
     Error::InvalidArgument(format!(
-        "the sources hold {n} data files in all, but a store holds at most {MAX_DATA_SHARDS}: \
-         write the parts with fewer data_shards (with data_shards=1, up to {MAX_DATA_SHARDS} \
+        "the sources hold {n} data files in all, but a store holds at most {MAX_DATA_FILES}: \
+         write the parts with fewer data_shards (with data_shards=1, up to {MAX_DATA_FILES} \
          parts concatenate)"
     ))
 }

@@ -14,15 +14,23 @@ use crate::error::{Error, Result};
 
 /// The first bytes of every `header.bin`.
 pub const MAGIC: [u8; 8] = *b"ZRECORD\0";
-/// The format version this crate writes. Version 1 stores (no index block sums,
-/// no attributes) are still read.
+/// The format version of every store of at most [`MAX_DATA_SHARDS`] data files
+/// (every store a [`crate::Writer`] makes): such a store stays readable by every
+/// reader since version 2. Version 1 stores (no index block sums, no attributes)
+/// are still read.
 pub const FORMAT_VERSION: u32 = 2;
+/// The format version of a store of more than [`MAX_DATA_SHARDS`] data files (a
+/// concatenation of many parts): its header counts data files in a `u32`, and an
+/// index entry's data file number takes the three bytes that were zero before.
+pub const WIDE_FORMAT_VERSION: u32 = 3;
+/// The newest format version this crate reads.
+pub const NEWEST_FORMAT_VERSION: u32 = WIDE_FORMAT_VERSION;
 /// The oldest format version this crate reads.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;
-/// Largest `header.bin` a reader accepts. A real header is under 3 KiB (255 data file
-/// sizes and 32 dimensions at most); the cap keeps a damaged or hostile file from
-/// being read whole.
-pub const MAX_HEADER_BYTES: u64 = 64 << 10;
+/// Largest `header.bin` a reader accepts. A real header is at most about 128 KiB
+/// ([`MAX_DATA_FILES`] data file sizes and 32 dimensions); the cap keeps a damaged
+/// or hostile file from being read whole.
+pub const MAX_HEADER_BYTES: u64 = 256 << 10;
 /// The header's file name inside a store directory.
 pub const HEADER_FILE: &str = "header.bin";
 /// The index's file name.
@@ -41,15 +49,31 @@ pub const INDEX_BLOCK_BYTES: usize = 64 << 10;
 pub const MAX_ATTRS_BYTES: u64 = 1 << 20;
 /// Data files of a store when the creator does not choose.
 pub const DEFAULT_DATA_SHARDS: u8 = 4;
-/// Most data files a store may have (the count is one byte on disk).
+/// Most data files a writer spreads records over, and most data files of a store
+/// in format version 2 (the count is one byte there).
 pub const MAX_DATA_SHARDS: u8 = u8::MAX;
+/// Most data files a store may have (format version 3). An open store holds a
+/// descriptor and a mapping per data file, so the bound keeps a store within
+/// what one process can open.
+pub const MAX_DATA_FILES: u32 = 1 << 14;
 /// Largest stored or logical size of one record.
 pub const MAX_RECORD_BYTES: u64 = 1 << 31;
 /// Largest number of dimensions of a record.
 pub const MAX_NDIM: usize = 32;
-/// Fixed part of an index entry: offset u64, stored length u32, data file u8, 3 zero
-/// bytes, xxh3-64 of the stored bytes. Ragged entries append the shape.
+/// Fixed part of an index entry: offset u64, stored length u32, data file u32
+/// (versions 1 and 2: one byte and three zero bytes, which read the same), xxh3-64
+/// of the stored bytes. Ragged entries append the shape.
 pub const ENTRY_FIXED: usize = 24;
+
+/// The format version a store of `data_files` data files is written in: the
+/// oldest that can hold them.
+pub fn version_for(data_files: u32) -> u32 {
+    if data_files <= MAX_DATA_SHARDS as u32 {
+        FORMAT_VERSION
+    } else {
+        WIDE_FORMAT_VERSION
+    }
+}
 
 /// The file name of data file number `i`.
 pub fn data_file(i: usize) -> String {
@@ -80,12 +104,12 @@ pub struct Schema {
     /// How records are stored.
     pub codec: Codec,
     /// Data files the records are spread over.
-    pub data_shards: u8,
+    pub data_shards: u32,
 }
 
 impl Schema {
     /// A Dense schema, checked.
-    pub fn dense(dtype: DType, item_shape: &[u64], codec: Codec, data_shards: u8) -> Result<Self> {
+    pub fn dense(dtype: DType, item_shape: &[u64], codec: Codec, data_shards: u32) -> Result<Self> {
         let s = Schema {
             kind: Kind::Dense,
             dtype,
@@ -99,7 +123,7 @@ impl Schema {
     }
 
     /// A Ragged schema, checked.
-    pub fn ragged(dtype: DType, ndim: usize, codec: Codec, data_shards: u8) -> Result<Self> {
+    pub fn ragged(dtype: DType, ndim: usize, codec: Codec, data_shards: u32) -> Result<Self> {
         let s = Schema {
             kind: Kind::Ragged,
             dtype,
@@ -113,9 +137,10 @@ impl Schema {
     }
 
     fn validate(&self) -> Result<()> {
-        if self.data_shards == 0 {
+        if self.data_shards == 0 || self.data_shards > MAX_DATA_FILES {
             return Err(Error::InvalidArgument(format!(
-                "data_shards must be in 1..{MAX_DATA_SHARDS}, got 0"
+                "a store has 1 to {MAX_DATA_FILES} data files, got {}",
+                self.data_shards
             )));
         }
         if self.ndim > MAX_NDIM {
@@ -267,13 +292,19 @@ impl Header {
     /// The bytes of `header.bin`, checksum included.
     pub fn encode(&self) -> Vec<u8> {
         let s = &self.schema;
-        let mut b = Vec::with_capacity(120 + 8 * (s.item_shape.len() + s.data_shards as usize));
+        let mut b = Vec::with_capacity(128 + 8 * (s.item_shape.len() + self.shard_sizes.len()));
         b.extend_from_slice(&MAGIC);
         b.extend_from_slice(&self.version.to_le_bytes());
         b.push(s.kind as u8);
         b.push(s.dtype as u8);
         b.push(s.codec as u8);
-        b.push(s.data_shards);
+        // Version 3 counts data files after the version 2 fields; a count that one
+        // byte cannot hold in an older version becomes 0, which decoding refuses.
+        b.push(if self.version >= 3 {
+            0
+        } else {
+            u8::try_from(s.data_shards).unwrap_or(0)
+        });
         b.extend_from_slice(&(s.ndim as u32).to_le_bytes());
         b.extend_from_slice(&(s.entry_size() as u32).to_le_bytes());
         b.extend_from_slice(&self.record_count.to_le_bytes());
@@ -285,6 +316,10 @@ impl Header {
             b.extend_from_slice(&self.index_sums_xxh3.to_le_bytes());
             b.extend_from_slice(&self.attrs_size.to_le_bytes());
             b.extend_from_slice(&self.attrs_xxh3.to_le_bytes());
+        }
+        if self.version >= 3 {
+            b.extend_from_slice(&s.data_shards.to_le_bytes());
+            b.extend_from_slice(&[0; 4]);
         }
         for d in &s.item_shape {
             b.extend_from_slice(&d.to_le_bytes());
@@ -310,10 +345,10 @@ impl Header {
         let mut c = Cursor { buf: body, pos: 8 };
         let short = || bad("header is truncated");
         let version = c.u32().ok_or_else(short)?;
-        if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
+        if !(OLDEST_FORMAT_VERSION..=NEWEST_FORMAT_VERSION).contains(&version) {
             return Err(bad(&format!(
                 "format version {version} is not supported (this reader reads versions \
-                 {OLDEST_FORMAT_VERSION} to {FORMAT_VERSION})"
+                 {OLDEST_FORMAT_VERSION} to {NEWEST_FORMAT_VERSION})"
             )));
         }
         let stored_sum = u64::from_le_bytes(tail.try_into().map_err(|_| short())?);
@@ -331,7 +366,7 @@ impl Header {
         let codec_code = c.u8().ok_or_else(short)?;
         let codec = Codec::from_code(codec_code)
             .ok_or_else(|| bad(&format!("unknown codec code {codec_code}")))?;
-        let data_shards = c.u8().ok_or_else(short)?;
+        let short_count = c.u8().ok_or_else(short)?;
         let ndim = c.u32().ok_or_else(short)? as usize;
         let entry_size = c.u32().ok_or_else(short)? as usize;
         let record_count = c.u64().ok_or_else(short)?;
@@ -348,6 +383,23 @@ impl Header {
         } else {
             (0, 0, 0)
         };
+        let data_shards = if version >= 3 {
+            if short_count != 0 {
+                return Err(bad("the one-byte data file count must be 0 in version 3"));
+            }
+            let n = c.u32().ok_or_else(short)?;
+            if c.u32().ok_or_else(short)? != 0 {
+                return Err(bad("the bytes after the data file count must be zero"));
+            }
+            n
+        } else {
+            short_count as u32
+        };
+        if data_shards > MAX_DATA_FILES {
+            return Err(bad(&format!(
+                "{data_shards} data files exceed the {MAX_DATA_FILES}-file limit"
+            )));
+        }
         if attrs_size > MAX_ATTRS_BYTES {
             return Err(bad(&format!(
                 "attributes of {attrs_size} bytes exceed the {MAX_ATTRS_BYTES}-byte limit"
@@ -409,7 +461,7 @@ pub struct Entry {
     /// Stored (possibly compressed) bytes.
     pub stored_len: u32,
     /// The data file holding the record.
-    pub file: u8,
+    pub file: u32,
     /// xxh3-64 of the stored bytes.
     pub checksum: u64,
 }
@@ -419,7 +471,7 @@ impl Entry {
     pub fn encode_into(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.offset.to_le_bytes());
         out.extend_from_slice(&self.stored_len.to_le_bytes());
-        out.extend_from_slice(&[self.file, 0, 0, 0]);
+        out.extend_from_slice(&self.file.to_le_bytes());
         out.extend_from_slice(&self.checksum.to_le_bytes());
     }
 
@@ -429,7 +481,7 @@ impl Entry {
         Entry {
             offset: le_u64(raw, 0),
             stored_len: u32::from_le_bytes([raw[8], raw[9], raw[10], raw[11]]),
-            file: raw[12],
+            file: u32::from_le_bytes([raw[12], raw[13], raw[14], raw[15]]),
             checksum: le_u64(raw, 16),
         }
     }
@@ -505,7 +557,7 @@ mod tests {
         let e = Entry {
             offset: 1 << 40,
             stored_len: 77,
-            file: 254,
+            file: 70_000,
             checksum: u64::MAX - 3,
         };
         let mut v = Vec::new();

@@ -34,10 +34,11 @@ pub use concat::{concat, ConcatOptions, ConcatReport};
 pub use dtype::{dl_code, DType, ALL_DTYPES};
 pub use error::{out_of_range_message, Error, Result};
 pub use format::{
-    data_file, index_sums_size, Entry, Header, IndexSums, Kind, Schema, ATTRS_FILE,
+    data_file, index_sums_size, version_for, Entry, Header, IndexSums, Kind, Schema, ATTRS_FILE,
     DEFAULT_DATA_SHARDS, DICT_FILE, ENTRY_FIXED, FORMAT_VERSION, HEADER_FILE, INDEX_BLOCK_BYTES,
-    INDEX_FILE, INDEX_SUMS_FILE, MAGIC, MAX_ATTRS_BYTES, MAX_DATA_SHARDS, MAX_HEADER_BYTES,
-    MAX_NDIM, MAX_RECORD_BYTES, OLDEST_FORMAT_VERSION,
+    INDEX_FILE, INDEX_SUMS_FILE, MAGIC, MAX_ATTRS_BYTES, MAX_DATA_FILES, MAX_DATA_SHARDS,
+    MAX_HEADER_BYTES, MAX_NDIM, MAX_RECORD_BYTES, NEWEST_FORMAT_VERSION, OLDEST_FORMAT_VERSION,
+    WIDE_FORMAT_VERSION,
 };
 pub use held::{CheckedBlock, HeldBlocks, NotFetched};
 pub use local::{LocalIndex, Store};

@@ -105,7 +105,7 @@ fn read_optional(dir: &Path, name: &str, size: u64, what: &str) -> Result<Option
     }
 }
 
-fn read_header(path: &Path) -> Result<Header> {
+pub(crate) fn read_header(path: &Path) -> Result<Header> {
     let (file, size) = match open_regular(path, "the header") {
         Err(Error::Corrupt { msg, .. }) if msg.ends_with("is missing") => {
             return Err(Error::corrupt(

@@ -185,6 +185,13 @@ impl Writer {
     /// created as needed.
     pub fn create(dest: &Path, schema: Schema, dict: Option<&[u8]>) -> Result<Writer> {
         // Every refusal comes before anything is created.
+        if schema.data_shards > format::MAX_DATA_SHARDS as u32 {
+            return Err(Error::InvalidArgument(format!(
+                "data_shards must be in 1..{}, got {}",
+                format::MAX_DATA_SHARDS,
+                schema.data_shards
+            )));
+        }
         check_destination(dest)?;
         let encoder = Encoder::new(schema.codec, dict)?;
         Writer::in_dir(BuildDir::create(dest)?, schema, encoder, dict)
@@ -425,7 +432,7 @@ impl Writer {
             let encoder = &self.encoder;
             let scratch = &self.scratch;
             run_parts(par, tasks, |(fid, file, chunk, out)| {
-                write_chunk(encoder, scratch, fid as u8, file, data, range, chunk, out)
+                write_chunk(encoder, scratch, fid as u32, file, data, range, chunk, out)
             })?;
             for (chunk, out) in chunks.iter().zip(&entries) {
                 let mut buf = Vec::with_capacity(out.len() * self.schema.entry_size());
@@ -473,7 +480,7 @@ impl Writer {
             dict_size: self.dict_size,
             dict_xxh3: self.dict_xxh3,
             shard_sizes: self.files.iter().map(|f| f.size).collect(),
-            version: format::FORMAT_VERSION,
+            version: format::version_for(self.schema.data_shards),
             index_sums_xxh3: write_whole(
                 &self.tmp.join(format::INDEX_SUMS_FILE),
                 &std::mem::take(&mut self.index_sums).finish(),
@@ -496,7 +503,7 @@ impl Writer {
 fn write_chunk<F>(
     encoder: &Encoder,
     scratch: &Recycler<Vec<u8>>,
-    fid: u8,
+    fid: u32,
     file: &mut DataFile,
     data: &[u8],
     range: &F,

@@ -4,7 +4,7 @@
 //! default 20 s each) and driven by a seeded SplitMix64 (`ZRECORD_FUZZ_SEED`,
 //! default fixed; `random` picks one from the clock and prints it):
 //!
-//! - `fuzz_header_decode`: random bytes and mutations of valid version 1 and 2
+//! - `fuzz_header_decode`: random bytes and mutations of valid version 1, 2 and 3
 //!   headers (bit flips, truncations, extensions, 8-byte insertions and removals,
 //!   interesting values in every field, most with the trailing checksum
 //!   recomputed so that the parser gets past it) fed to [`Header::decode`]. It
@@ -62,8 +62,8 @@ use xxhash_rust::xxh3::xxh3_64;
 use zrecord::{
     data_file, train_dictionary, Codec, DType, Header, IndexSums, Kind, Parallel, RaggedView,
     ReadOptions, Schema, Sequential, Source, Store, Writer, ALL_DTYPES, ATTRS_FILE, DICT_FILE,
-    ENTRY_FIXED, FORMAT_VERSION, HEADER_FILE, INDEX_FILE, INDEX_SUMS_FILE, MAGIC, MAX_ATTRS_BYTES,
-    OLDEST_FORMAT_VERSION,
+    ENTRY_FIXED, HEADER_FILE, INDEX_FILE, INDEX_SUMS_FILE, MAGIC, MAX_ATTRS_BYTES,
+    NEWEST_FORMAT_VERSION, OLDEST_FORMAT_VERSION, WIDE_FORMAT_VERSION,
 };
 
 // ---------------------------------------------------------------------------
@@ -761,16 +761,16 @@ const HEADER_FIELDS: [(usize, usize); 16] = [
     (64, 8), // v2: xxh3 of index.sum
     (72, 8), // v2: attrs size
     (80, 8), // v2: attrs xxh3
-    (88, 8), // v2: first item dim or shard size
+    (88, 8), // v2: first item dim or shard size; v3: data file count and 4 zero bytes
 ];
 
 fn random_schema(rng: &mut Rng) -> Schema {
     let dtype = rng.pick(&ALL_DTYPES);
     let codec = rng.pick(&[Codec::Raw, Codec::Zstd, Codec::ZstdDict]);
     let shards = if rng.pct(90) {
-        1 + rng.below(4) as u8
+        1 + rng.below(4) as u32
     } else {
-        1 + rng.below(255) as u8
+        1 + rng.below(255) as u32
     };
     if rng.pct(50) {
         let most = if rng.pct(90) { 3 } else { 32 };
@@ -802,11 +802,15 @@ fn random_header(rng: &mut Rng, template: &Header) -> Header {
     } else {
         (0, 0)
     };
+    h.version = OLDEST_FORMAT_VERSION
+        + rng.below((NEWEST_FORMAT_VERSION - OLDEST_FORMAT_VERSION + 1) as u64) as u32;
+    // Version 3 exists for more data files than one byte counts.
+    if h.version >= WIDE_FORMAT_VERSION && rng.pct(50) {
+        h.schema.data_shards = 256 + rng.below(2048) as u32;
+    }
     h.shard_sizes = (0..h.schema.data_shards)
         .map(|_| rng.below(1 << 20))
         .collect();
-    h.version = OLDEST_FORMAT_VERSION
-        + rng.below((FORMAT_VERSION - OLDEST_FORMAT_VERSION + 1) as u64) as u32;
     if h.version >= 2 {
         h.index_sums_xxh3 = rng.next();
         (h.attrs_size, h.attrs_xxh3) = if rng.pct(50) {
@@ -864,7 +868,7 @@ fn header_input(rng: &mut Rng, template: &Header) -> Vec<u8> {
                     h.schema.item_shape =
                         (0..rng.upto(5)).map(|_| rng.interesting_u64(&[])).collect()
                 }
-                2 => h.schema.data_shards = rng.next() as u8,
+                2 => h.schema.data_shards = rng.next() as u32,
                 3 => h.shard_sizes = (0..rng.upto(6)).map(|_| rng.next()).collect(),
                 4 => {
                     h.schema.kind = if h.schema.kind == Kind::Dense {
@@ -1108,7 +1112,7 @@ fn build_base(
                 Size::BigRecords => vec![big(rng)],
                 Size::BigIndex => vec![1; rng.upto(1)],
             };
-            let s = Schema::dense(dtype, &shape, codec, shards).expect("dense schema");
+            let s = Schema::dense(dtype, &shape, codec, shards.into()).expect("dense schema");
             let n = match size {
                 Size::Tiny => rng.upto(10),
                 Size::BigRecords => 1 + rng.upto(3),
@@ -1129,7 +1133,7 @@ fn build_base(
         }
         Kind::Ragged => {
             let ndim = 1 + rng.index(3);
-            let s = Schema::ragged(dtype, ndim, codec, shards).expect("ragged schema");
+            let s = Schema::ragged(dtype, ndim, codec, shards.into()).expect("ragged schema");
             let n = match size {
                 Size::Tiny => rng.upto(10),
                 Size::BigRecords => 1 + rng.upto(3),
@@ -1449,7 +1453,7 @@ fn damage_once(rng: &mut Rng, files: &mut Files, base: &Base, d: &mut Damage) {
                 }
                 2 => {
                     let v = if rng.pct(50) {
-                        base.schema.data_shards.wrapping_add(rng.below(2) as u8)
+                        (base.schema.data_shards as u8).wrapping_add(rng.below(2) as u8)
                     } else {
                         rng.next() as u8
                     };
@@ -1609,7 +1613,7 @@ fn damage_once(rng: &mut Rng, files: &mut Files, base: &Base, d: &mut Damage) {
                     format!("kind = {:?}", h.schema.kind)
                 }
                 10 => {
-                    let s = 1 + rng.below(6) as u8;
+                    let s = 1 + rng.below(6) as u32;
                     h.schema.data_shards = s;
                     if rng.pct(70) {
                         h.shard_sizes.resize(s as usize, 0);

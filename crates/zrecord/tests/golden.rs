@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use zrecord::{
     Codec, DType, Header, RaggedView, Schema, Sequential, Source, Store, Writer, FORMAT_VERSION,
+    WIDE_FORMAT_VERSION,
 };
 
 fn golden_dir(case: &str) -> PathBuf {
@@ -250,5 +251,72 @@ fn concat_takes_version_1_stores() {
         .gather_dense(&(0..10).collect::<Vec<_>>(), &mut out, &Sequential)
         .unwrap();
     assert_eq!(out, [dense_input(), dense_input()].concat());
+    store.verify(&Sequential).unwrap();
+}
+
+/// More than 255 data files: the result of concatenating 129 copies of a golden
+/// store (258 data files) is in format version 3. Its small files are pinned;
+/// its data files are the golden store's, byte for byte.
+#[test]
+fn version_3_bytes_are_pinned() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = golden_dir("dense-zstd");
+    let dest = tmp.path().join("wide");
+    let report = zrecord::concat(
+        &vec![src.clone(); 129],
+        &dest,
+        &zrecord::ConcatOptions::default(),
+        &Sequential,
+        &mut |_, _| Ok(()),
+    )
+    .unwrap();
+    assert_eq!((report.records, report.data_files), (5 * 129, 258));
+    let small: Vec<_> = files(&dest)
+        .into_iter()
+        .filter(|(name, _)| !name.starts_with("data-"))
+        .collect();
+    let dir = golden_dir("v3-concat-dense-zstd");
+    if std::env::var_os("ZRECORD_BLESS").is_some() {
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        for (name, bytes) in &small {
+            fs::write(dir.join(name), bytes).unwrap();
+        }
+    }
+    assert_eq!(
+        small,
+        files(&dir),
+        "the version 3 store's small files changed"
+    );
+    for k in 0..258 {
+        assert_eq!(
+            fs::read(dest.join(zrecord::data_file(k))).unwrap(),
+            fs::read(src.join(zrecord::data_file(k % 2))).unwrap()
+        );
+    }
+    // The header as documented: the one-byte count is 0, the u32 count follows
+    // the version 2 fields, then 4 zero bytes, the item shape and the file sizes.
+    let raw = &small.iter().find(|(n, _)| n == "header.bin").unwrap().1;
+    let u32_at = |at: usize| u32::from_le_bytes(raw[at..at + 4].try_into().unwrap());
+    let u64_at = |at: usize| u64::from_le_bytes(raw[at..at + 8].try_into().unwrap());
+    assert_eq!(u32_at(8), WIDE_FORMAT_VERSION);
+    assert_eq!(&raw[12..16], &[0, DType::U8 as u8, 1, 0]); // Dense, uint8, zstd, 0
+    assert_eq!(u64_at(24), 5 * 129);
+    assert_eq!((u32_at(88), u32_at(92)), (258, 0));
+    assert_eq!((u64_at(96), u64_at(104)), (3, 4)); // item shape
+    assert_eq!(raw.len(), 112 + 258 * 8 + 8);
+    // An entry's data file number is a u32 at byte 12: the last record's is 257.
+    let index = &small.iter().find(|(n, _)| n == "index.bin").unwrap().1;
+    let last = &index[index.len() - 24..];
+    assert_eq!(u32::from_le_bytes(last[12..16].try_into().unwrap()), 257);
+
+    let store = Store::open(&dest).unwrap();
+    assert_eq!(store.header().version, WIDE_FORMAT_VERSION);
+    let n = 5 * 129;
+    let mut out = vec![0u8; n * 12];
+    store
+        .gather_dense(&(0..n as u64).collect::<Vec<_>>(), &mut out, &Sequential)
+        .unwrap();
+    assert_eq!(out, dense_input().repeat(129));
     store.verify(&Sequential).unwrap();
 }

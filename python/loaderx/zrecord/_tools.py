@@ -91,8 +91,9 @@ def concat(
     The sources must share one schema: kind, dtype, item shape (Dense) or ndim
     (Ragged), codec, and for ``zstd_dict`` the dictionary; a mismatch is an
     InvalidArgumentError naming the source and the field. Their ``data_shards``
-    may differ: the result holds every source's data files, at most 255 in all
-    (write parts with ``data_shards=1`` to concatenate up to 255 of them). Data
+    may differ: the result holds every source's data files, at most
+    ``MAX_DATA_FILES`` (16,384) in all; past 255 the result is in format version
+    3 (write parts with ``data_shards=1`` for one data file per part). Data
     files are hard-linked into the result where the filesystem allows and copied
     otherwise (``copy=True`` always copies); the result says which.
 

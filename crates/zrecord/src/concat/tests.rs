@@ -28,7 +28,7 @@ fn dict_for(codec: Codec) -> Option<Vec<u8>> {
 /// the values start at `seed`.
 fn ragged(path: &Path, codec: Codec, files: u8, lens: &[u64], seed: u16) -> Vec<Rec> {
     let d = dict_for(codec);
-    let schema = Schema::ragged(DType::U16, 1, codec, files).unwrap();
+    let schema = Schema::ragged(DType::U16, 1, codec, files.into()).unwrap();
     let mut w = Writer::create(path, schema, d.as_deref()).unwrap();
     let mut values = Vec::new();
     let mut cu = vec![0i32];
@@ -57,7 +57,7 @@ fn ragged(path: &Path, codec: Codec, files: u8, lens: &[u64], seed: u16) -> Vec<
 /// Writes a Dense store of `item` u8 items holding `n` records from `seed`.
 fn dense(path: &Path, codec: Codec, files: u8, item: &[u64], n: usize, seed: u8) -> Vec<Rec> {
     let d = dict_for(codec);
-    let schema = Schema::dense(DType::U8, item, codec, files).unwrap();
+    let schema = Schema::dense(DType::U8, item, codec, files.into()).unwrap();
     let rb = schema.record_bytes().unwrap() as usize;
     let mut w = Writer::create(path, schema, d.as_deref()).unwrap();
     let data: Vec<u8> = (0..n * rb)
@@ -376,16 +376,7 @@ fn limits_and_arguments_are_refused_before_anything_is_made() {
     let p = |n: &str| root.path().join(n);
     dense(&p("wide"), Codec::Raw, 200, &[1], 3, 0);
     dense(&p("one"), Codec::Raw, 55, &[1], 3, 0);
-    let msg = refused(
-        &[p("wide"), p("wide")],
-        &p("out"),
-        &ConcatOptions::default(),
-    );
-    assert!(
-        msg.contains("400 data files") && msg.contains("at most 255"),
-        "{msg}"
-    );
-    // Exactly 255 files is the limit, not over it.
+    // 255 files is the most that format version 2 counts: the result stays in it.
     let r = run(
         &[p("wide"), p("one")],
         &p("full"),
@@ -393,7 +384,35 @@ fn limits_and_arguments_are_refused_before_anything_is_made() {
     )
     .unwrap();
     assert_eq!(r.data_files, 255);
-    assert_eq!(Store::open(&p("full")).unwrap().len(), 6);
+    let full = Store::open(&p("full")).unwrap();
+    assert_eq!((full.len(), full.header().version), (6, 2));
+    // One more and the result is in version 3, its records in order.
+    dense(&p("last"), Codec::Raw, 1, &[1], 1, 7);
+    let r = run(
+        &[p("wide"), p("one"), p("last")],
+        &p("wider"),
+        &ConcatOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(r.data_files, 256);
+    let wider = Store::open(&p("wider")).unwrap();
+    assert_eq!((wider.len(), wider.header().version), (7, 3));
+    assert_eq!(wider.schema().data_shards, 256);
+    assert_eq!(wider.entry_and_shape(6).unwrap().0.file, 255);
+    let mut out = vec![0u8; 7];
+    wider
+        .gather_dense(&(0..7).collect::<Vec<_>>(), &mut out, &Sequential)
+        .unwrap();
+    assert_eq!(out, [0, 13, 26, 0, 13, 26, 7]);
+    wider.verify(&Sequential).unwrap();
+    // Past MAX_DATA_FILES is refused from the headers alone, before anything is made.
+    let many = vec![p("wide"); (MAX_DATA_FILES as usize).div_ceil(200) + 1];
+    let msg = refused(&many, &p("out"), &ConcatOptions::default());
+    assert!(
+        msg.contains(&format!("{} data files", many.len() * 200))
+            && msg.contains(&format!("at most {MAX_DATA_FILES}")),
+        "{msg}"
+    );
     let msg = refused(&[], &p("out"), &ConcatOptions::default());
     assert!(msg.contains("at least one source"), "{msg}");
     assert!(matches!(
