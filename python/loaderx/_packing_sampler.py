@@ -46,9 +46,47 @@ def _lengths_arg(lengths: object) -> npt.NDArray[np.uint64]:
     return np.ascontiguousarray(a, dtype=np.uint64)
 
 
+def _positions_arg(positions: object, records: int) -> npt.NDArray[np.uint64]:
+    """`positions` as a contiguous uint64 array of positions below `records`."""
+    if isinstance(positions, (str, bytes)):
+        raise TypeError(f"positions must be a sequence of integers, got {type(positions).__name__}")
+    try:
+        a = np.asarray(positions)
+    except (TypeError, ValueError, OverflowError):
+        raise TypeError(
+            f"positions must be a sequence of integers, got {type(positions).__name__}"
+        ) from None
+    if a.ndim != 1:
+        raise InvalidArgumentError(f"positions must be one-dimensional, got shape {a.shape}")
+    if a.size == 0:
+        raise InvalidArgumentError("positions must hold at least one position")
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"positions must be integers, got dtype {a.dtype}")
+    outside = np.flatnonzero((a < 0) | (a >= records))
+    if outside.size:
+        i = int(outside[0])
+        raise InvalidArgumentError(
+            f"positions[{i}] is {int(a[i])}, outside the {records} records of lengths"
+        )
+    return np.ascontiguousarray(a, dtype=np.uint64)
+
+
+def _restore(
+    lengths: npt.NDArray[np.uint64],
+    positions: npt.NDArray[np.uint64] | None,
+    args: tuple[int, int, int, int, str],
+) -> PackingSampler:
+    """Unpickles a PackingSampler from the lengths of its items and their positions."""
+    budget, per_step, mode, seed, long = args
+    self = _native.PackingSampler.__new__(
+        PackingSampler, lengths, budget, per_step, mode, seed, long, positions
+    )
+    return self
+
+
 class PackingSampler(_native.PackingSampler):
     """PackingSampler(lengths, tokens_per_pack, packs_per_step, mode=Sampler.Mode.CYCLIC,
-    seed=0, long="truncate")
+    seed=0, long="truncate", *, positions=None)
 
     Draws one step of ``packs_per_step`` packs per call. A pack is a list of whole
     records whose lengths sum to at most ``tokens_per_pack``, a record longer
@@ -84,6 +122,12 @@ class PackingSampler(_native.PackingSampler):
         ``"truncate"`` (a record longer than ``tokens_per_pack`` counts as
         ``tokens_per_pack``) or ``"error"`` (such a record is refused here, the
         error naming its position and length).
+    positions:
+        None (every record once per pass), or the sequence of record positions to
+        pack, which may repeat a position: the steps are those of
+        ``PackingSampler(lengths[positions], ...)`` with each item ``j`` replaced
+        by ``positions[j]``. One pass of a ``MixtureSampler`` (its batches laid
+        end to end) packs a mixture in its exact proportions per pass.
 
     ``seek(step)`` is O(1); iteration never ends; a PackingSampler pickles and
     copies with its next step. Invalid arguments raise
@@ -101,6 +145,8 @@ class PackingSampler(_native.PackingSampler):
         mode: Sampler.Mode = Sampler.Mode.CYCLIC,
         seed: int = 0,
         long: Literal["truncate", "error"] = "truncate",
+        *,
+        positions: npt.ArrayLike | None = None,
     ) -> PackingSampler:
         if not isinstance(mode, Sampler.Mode):
             raise TypeError(
@@ -110,8 +156,14 @@ class PackingSampler(_native.PackingSampler):
             raise TypeError(f'long must be "truncate" or "error", got {type(long).__name__}')
         if long not in _LONG:
             raise InvalidArgumentError(f'long must be "truncate" or "error", got {long!r}')
+        every = _lengths_arg(lengths)
+        if positions is None:
+            return super().__new__(
+                cls, every, tokens_per_pack, packs_per_step, mode.value, seed, long
+            )
+        chosen = _positions_arg(positions, len(every))
         return super().__new__(
-            cls, _lengths_arg(lengths), tokens_per_pack, packs_per_step, mode.value, seed, long
+            cls, every[chosen], tokens_per_pack, packs_per_step, mode.value, seed, long, chosen
         )
 
     @property
@@ -140,10 +192,15 @@ class PackingSampler(_native.PackingSampler):
         """What identifies this sampler's sequence of steps (the Loader stores it in
         its resume state): the record count and the xxh3-64 of the lengths (as
         little-endian uint64s), the budget, packs per step, mode, seed and
-        ``long``."""
+        ``long``. With ``positions``, the counts and hashes are those of the
+        sequence packed: the lengths ``lengths[positions]`` and the positions."""
         records, digest, budget, per_step, mode, seed, long, _ = self._state()
+        packing: dict[str, object] = {"records": records, "lengths_xxh3": f"{digest:016x}"}
+        chosen = self._positions_xxh3()
+        if chosen is not None:
+            packing["positions_xxh3"] = f"{chosen:016x}"
         return {
-            "packing": {"records": records, "lengths_xxh3": f"{digest:016x}"},
+            "packing": packing,
             "tokens_per_pack": budget,
             "packs_per_step": per_step,
             "mode": Sampler.Mode(mode).name,
@@ -153,6 +210,9 @@ class PackingSampler(_native.PackingSampler):
 
     def __reduce__(self):
         _, _, budget, per_step, mode, seed, long, step = self._state()
+        chosen = self._positions()
+        if chosen is not None:
+            return (_restore, (self._lengths(), chosen, (budget, per_step, mode, seed, long)), step)
         args = (self._lengths(), budget, per_step, Sampler.Mode(mode), seed, long)
         return (type(self), args, step)
 
@@ -161,8 +221,9 @@ class PackingSampler(_native.PackingSampler):
 
     def __repr__(self) -> str:
         records, _, budget, per_step, mode, seed, long, step = self._state()
+        chosen = "" if self._positions_xxh3() is None else f", positions=<{records} positions>"
         return (
             f"{type(self).__qualname__}(<{records} lengths>, tokens_per_pack={budget}, "
             f"packs_per_step={per_step}, mode=Sampler.Mode.{Sampler.Mode(mode).name}, "
-            f"seed={seed}, long={long!r}) at step {step}"
+            f"seed={seed}, long={long!r}{chosen}) at step {step}"
         )

@@ -18,6 +18,7 @@ import numpy.typing as npt
 __all__ = [
     "ConfiguredSampler",
     "IndexSampler",
+    "PackedSampler",
     "Positions",
     "PrefetchingReader",
     "Reader",
@@ -95,6 +96,24 @@ class SizedSampler(IndexSampler, Protocol):
 
     @property
     def batch_size(self) -> int: ...
+
+
+@runtime_checkable
+class PackedSampler(IndexSampler, Protocol):
+    """A sampler whose steps are packs of records (``loaderx.sampler.PackingSampler``).
+
+    After each ``next()``, ``pack_offsets`` is a one-dimensional integer array of
+    ``packs + 1`` offsets into the positions it returned, rising from 0 to their
+    count: pack ``k`` is ``positions[pack_offsets[k]:pack_offsets[k + 1]]``. It
+    may be the same array every draw, overwritten by the next one.
+    ``packs_per_step`` is the number of packs, known before the first draw. The
+    Loader then splits each step by whole packs instead of by record count."""
+
+    @property
+    def pack_offsets(self) -> npt.NDArray[np.integer]: ...
+
+    @property
+    def packs_per_step(self) -> int: ...
 
 
 @runtime_checkable

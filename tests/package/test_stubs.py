@@ -24,6 +24,7 @@ import typing
 import numpy as np
 import pytest
 import typing_extensions
+import xxhash
 
 from loaderx import _native
 
@@ -387,6 +388,13 @@ def exercise_sampler(nat: Native) -> None:
     assert state[0] == 3 and state[2:] == (4, 2, 0, 7, "truncate", 5)
     assert nat.call(p, "_lengths").tolist() == [3, 1, 4]
     assert nat.call(p, "_plan") == (2, 8, 2)
+    assert nat.call(p, "_positions") is None and nat.call(p, "_positions_xxh3") is None
+    chosen = np.array([2, 0], dtype=np.uint64)
+    q = nat.call(_native.PackingSampler, "__new__", lengths[chosen], 4, 1, 0, 7, "truncate", chosen)
+    assert nat.call(q, "_positions").tolist() == [2, 0]
+    assert nat.call(q, "_positions_xxh3") == xxhash.xxh3_64_intdigest(
+        chosen.astype("<u8").tobytes()
+    )
 
 
 def exercise_functions(nat: Native, root: pathlib.Path) -> bytes:

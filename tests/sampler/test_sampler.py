@@ -220,6 +220,7 @@ def test_the_loader_protocols_name_no_underscore_member():
     assert named == {
         "ConfiguredSampler": {"config"},
         "IndexSampler": {"next"},
+        "PackedSampler": {"pack_offsets", "packs_per_step"},
         "PrefetchingReader": {"prefetch"},
         "Reader": {"gather"},
         "SeekableSampler": {"seek"},

@@ -47,6 +47,8 @@ impl PyPacking {
 #[pymethods]
 impl PyPacking {
     #[new]
+    #[pyo3(signature = (lengths, tokens_per_pack, packs_per_step, mode, seed, long, positions=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         lengths: PyReadonlyArray1<'_, u64>,
@@ -55,6 +57,7 @@ impl PyPacking {
         mode: &Bound<'_, PyAny>,
         seed: &Bound<'_, PyAny>,
         long: &str,
+        positions: Option<PyReadonlyArray1<'_, u64>>,
     ) -> PyResult<Self> {
         let budget = int_arg(tokens_per_pack, "tokens_per_pack", 1)?;
         let per_step = int_arg(packs_per_step, "packs_per_step", 1)?;
@@ -74,8 +77,16 @@ impl PyPacking {
         own.try_reserve_exact(given.len())
             .map_err(|_| out_of_memory(format!("cannot copy {} record lengths", given.len())))?;
         own.extend_from_slice(given);
+        let mut items = Vec::new();
+        if let Some(p) = &positions {
+            let given = p.as_slice()?;
+            items
+                .try_reserve_exact(given.len())
+                .map_err(|_| out_of_memory(format!("cannot copy {} positions", given.len())))?;
+            items.extend_from_slice(given);
+        }
         let core = py
-            .detach(|| Packing::new(own, budget, per_step, mode, seed, long))
+            .detach(|| Packing::over(own, items, budget, per_step, mode, seed, long))
             .py_err()?;
         let (array, region) = output(py, core.capacity().py_err()?)?;
         let (offsets, offsets_region) = output(py, per_step + 1)?;
@@ -136,9 +147,22 @@ impl PyPacking {
         )
     }
 
-    /// A copy of the record lengths the sampler was built from, for pickling.
+    /// A copy of the lengths the sampler was built from (one per item), for
+    /// pickling.
     fn _lengths<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<u64>> {
         PyArray1::from_slice(py, self.core.lengths())
+    }
+
+    /// A copy of the positions the sampler packs, or None when it packs every
+    /// record once.
+    fn _positions<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyArray1<u64>>> {
+        self.core.positions_digest()?;
+        Some(PyArray1::from_slice(py, self.core.positions()))
+    }
+
+    /// The xxh3-64 of the positions the sampler packs, or None.
+    fn _positions_xxh3(&self) -> Option<u64> {
+        self.core.positions_digest()
     }
 
     /// `(packs in the plan, tokens they hold, records in the largest pack)`.

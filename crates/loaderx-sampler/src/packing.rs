@@ -71,7 +71,13 @@ pub struct Packing {
     seed: u64,
     long: Long,
     lengths: Vec<u64>,
-    /// Record positions, pack after pack (CYCLIC and IID); empty for SEQUENTIAL,
+    /// The record position of each item, when the sampler packs a given sequence
+    /// of positions (item `j` is record `positions[j]`, of length `lengths[j]`);
+    /// empty when item `j` is record `j`.
+    positions: Vec<u64>,
+    /// xxh3-64 of `positions`, when there are any.
+    positions_digest: Option<u64>,
+    /// Item numbers, pack after pack (CYCLIC and IID); empty for SEQUENTIAL,
     /// whose pack `p` is the positions `starts[p]..starts[p + 1]`.
     order: Vec<u64>,
     /// `P + 1` offsets: pack `p` is `order[starts[p]..starts[p + 1]]`.
@@ -107,6 +113,37 @@ impl Packing {
         seed: u64,
         long: Long,
     ) -> Result<Packing> {
+        Packing::over(
+            lengths,
+            Vec::new(),
+            budget,
+            packs_per_step,
+            mode,
+            seed,
+            long,
+        )
+    }
+
+    /// As [`Packing::new`], over the items `j` of a given sequence: item `j` is
+    /// record `positions[j]`, of length `lengths[j]`, and the steps are those of
+    /// `Packing::new(lengths, ..)` with each item `j` written as `positions[j]`.
+    /// Empty `positions` means item `j` is record `j`.
+    pub fn over(
+        lengths: Vec<u64>,
+        positions: Vec<u64>,
+        budget: u64,
+        packs_per_step: usize,
+        mode: Mode,
+        seed: u64,
+        long: Long,
+    ) -> Result<Packing> {
+        if !positions.is_empty() && positions.len() != lengths.len() {
+            return Err(Error(format!(
+                "{} positions for {} lengths; give one length per position",
+                positions.len(),
+                lengths.len()
+            )));
+        }
         if lengths.is_empty() {
             return Err(Error("lengths must hold at least one record".into()));
         }
@@ -118,6 +155,7 @@ impl Packing {
         }
         if long == Long::Error {
             if let Some((i, &l)) = lengths.iter().enumerate().find(|(_, &l)| l > budget) {
+                let i = positions.get(i).map_or(i as u64, |&p| p);
                 return Err(Error(format!(
                     "long=\"error\": record {i} has length {l}, over tokens_per_pack ({budget})"
                 )));
@@ -125,6 +163,7 @@ impl Packing {
         }
         let tokens = lengths.iter().map(|&l| l.min(budget) as u128).sum();
         let digest = digest(&lengths);
+        let positions_digest = (!positions.is_empty()).then(|| self::digest(&positions));
         let (order, starts) = match mode {
             Mode::Sequential => (Vec::new(), next_fit(&lengths, budget)?),
             Mode::Cyclic | Mode::Iid => windowed_first_fit(&lengths, budget, seed)?,
@@ -141,6 +180,8 @@ impl Packing {
             seed,
             long,
             lengths,
+            positions,
+            positions_digest,
             order,
             starts,
             max_pack,
@@ -171,13 +212,21 @@ impl Packing {
     pub fn long(&self) -> Long {
         self.long
     }
-    /// Each record's length, as given.
+    /// Each item's length, as given.
     pub fn lengths(&self) -> &[u64] {
         &self.lengths
     }
     /// xxh3-64 of the lengths as little-endian u64s: names them in a resume state.
     pub fn digest(&self) -> u64 {
         self.digest
+    }
+    /// The record position of each item; empty when item `j` is record `j`.
+    pub fn positions(&self) -> &[u64] {
+        &self.positions
+    }
+    /// xxh3-64 of the positions as little-endian u64s, when there are any.
+    pub fn positions_digest(&self) -> Option<u64> {
+        self.positions_digest
     }
     /// Packs in the plan (`P`).
     pub fn packs(&self) -> u64 {
@@ -251,12 +300,19 @@ impl Packing {
             let dst = out
                 .get_mut(at..at + n)
                 .ok_or_else(|| Error(format!("output holds {} items, too few", at)))?;
-            if self.order.is_empty() {
-                for (i, d) in dst.iter_mut().enumerate() {
-                    *d = a + i as u64;
+            match (self.order.is_empty(), self.positions.is_empty()) {
+                (true, true) => {
+                    for (i, d) in dst.iter_mut().enumerate() {
+                        *d = a + i as u64;
+                    }
                 }
-            } else {
-                dst.copy_from_slice(&self.order[a as usize..b as usize]);
+                (true, false) => dst.copy_from_slice(&self.positions[a as usize..b as usize]),
+                (false, true) => dst.copy_from_slice(&self.order[a as usize..b as usize]),
+                (false, false) => {
+                    for (d, &j) in dst.iter_mut().zip(&self.order[a as usize..b as usize]) {
+                        *d = self.positions[j as usize];
+                    }
+                }
             }
             at += n;
             *o = at as i64;
@@ -548,6 +604,35 @@ mod tests {
         assert_eq!(step(&p, 2), (vec![0, 1, 2], vec![0, 1, 3]));
         assert_eq!(p.tokens(), 3 + 4 + 2 + 6 + 1);
         assert_eq!(p.max_pack(), 2);
+    }
+
+    #[test]
+    fn positions_rename_the_items_of_the_plan_over_their_lengths() {
+        let ls = lengths(5000, 3);
+        let pos: Vec<u64> = (0..5000u64).map(|j| (j * 7919) % 1234).collect();
+        for mode in Mode::ALL {
+            let plain = Packing::new(ls.clone(), 700, 4, mode, 2, Long::Truncate).unwrap();
+            let over =
+                Packing::over(ls.clone(), pos.clone(), 700, 4, mode, 2, Long::Truncate).unwrap();
+            assert_eq!(over.packs(), plain.packs());
+            for s in [0u64, 1, 17, 1 << 40] {
+                let (a, off_a) = step(&plain, s);
+                let (b, off_b) = step(&over, s);
+                assert_eq!(off_a, off_b);
+                let renamed: Vec<u64> = a.iter().map(|&j| pos[j as usize]).collect();
+                assert_eq!(renamed, b);
+            }
+        }
+        let e = Packing::over(vec![1, 9], vec![4, 6], 4, 1, Mode::Cyclic, 0, Long::Error);
+        assert_eq!(
+            e.unwrap_err().0,
+            "long=\"error\": record 6 has length 9, over tokens_per_pack (4)"
+        );
+        let e = Packing::over(vec![1, 2], vec![4], 4, 1, Mode::Cyclic, 0, Long::Error);
+        assert_eq!(
+            e.unwrap_err().0,
+            "1 positions for 2 lengths; give one length per position"
+        );
     }
 
     #[test]

@@ -19,6 +19,10 @@ With several processes (data-parallel training), every process draws the same
 global batch and gathers only its contiguous slice; its bindings split that
 slice. The process's rank and the process count come from the arguments, else
 from a JAX or torch.distributed runtime that is already initialised, else 0 of 1.
+
+A sampler that draws packs (``loaderx.sampler.PackingSampler``) is split by whole
+packs instead of by records, and ``StepInfo.pack_offsets`` gives each binding's
+packs (docs/loader.md, "Packed steps").
 """
 
 from __future__ import annotations

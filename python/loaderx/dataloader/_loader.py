@@ -10,7 +10,7 @@ from typing import Generic, NoReturn, TypeVar, overload
 from .. import _native
 from .._schema import check_int
 from ..errors import InvalidArgumentError
-from ..protocols import IndexSampler, Reader, SeekableSampler, SizedSampler
+from ..protocols import IndexSampler, PackedSampler, Reader, SeekableSampler, SizedSampler
 from ._pipeline import Pipeline, Shards
 from ._process import exact_int, resolve_process, split_description
 from ._rng import MAX_SEED, StepInfo
@@ -30,6 +30,13 @@ def _batch_size(sampler: IndexSampler) -> int | None:
     """The sampler's batch size when it can be known before the first draw."""
     if isinstance(sampler, SizedSampler):
         return exact_int(sampler.batch_size)
+    return None
+
+
+def _packs_per_step(sampler: IndexSampler) -> int | None:
+    """The packs of each step when the sampler draws packs, else None."""
+    if isinstance(sampler, PackedSampler):
+        return exact_int(sampler.packs_per_step)
     return None
 
 
@@ -196,7 +203,14 @@ class Loader(Generic[B, T]):
     slices of every global batch. Neither given: they come from an initialised
     JAX distributed runtime, else an initialised ``torch.distributed`` process
     group, else 0 and 1; no framework is imported to find out. The resume state
-    does not depend on them, so a run resumes on another number of processes."""
+    does not depend on them, so a run resumes on another number of processes.
+
+    A sampler that draws packs (``loaderx.sampler.PackingSampler``, or any
+    ``loaderx.protocols.PackedSampler``) is split by whole packs instead of by
+    records: its ``packs_per_step`` must divide by processes x bindings, each
+    process gets a contiguous run of the step's packs and each of its bindings
+    an equal part of that run, and ``StepInfo.pack_offsets`` gives each binding's
+    packs."""
 
     @overload
     def __init__(
@@ -265,12 +279,20 @@ class Loader(Generic[B, T]):
             raise TypeError("sampler must have a next() method returning a 1-D uint64 array")
         process = resolve_process(process_index, process_count)
         n = process[1]
+        where = f" (process count from {process[2]})" if n != 1 else ""
+        packs = _packs_per_step(sampler)
         batch = _batch_size(sampler)
-        if batch is not None and batch % (n * checked.width):
+        if packs is not None and packs % (n * checked.width):
+            # Packs are never split, so the step's packs, not its records, are
+            # divided between the processes and bindings.
+            raise InvalidArgumentError(
+                f"the sampler's {packs} packs per step do not divide by the "
+                f"{split_description(n, checked.width)} of stream {checked.names[0]!r}{where}"
+            )
+        if packs is None and batch is not None and batch % (n * checked.width):
             raise InvalidArgumentError(
                 f"the sampler's batch size {batch} does not divide by the "
-                f"{split_description(n, checked.width)} of stream {checked.names[0]!r}"
-                + (f" (process count from {process[2]})" if n != 1 else "")
+                f"{split_description(n, checked.width)} of stream {checked.names[0]!r}{where}"
             )
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable, got {type(transform).__name__}")

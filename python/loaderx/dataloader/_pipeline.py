@@ -18,8 +18,9 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import InvalidArgumentError, LoaderxError
-from ..protocols import IndexSampler, Positions, PrefetchingReader
+from ..protocols import IndexSampler, PackedSampler, Positions, PrefetchingReader
 from ..zrecord._reader import StoreReader
+from ._packs import pack_offsets, split_packs
 from ._process import split_description
 from ._rng import StepInfo
 from ._stats import LoaderStats, Recorder, Report, Traffic, batch_bytes
@@ -181,6 +182,7 @@ class Pipeline(Generic[B, T]):
         self.sampler = sampler
         self.transform = transform
         self.with_step = transform is not None and takes_step(transform)
+        self.packed = isinstance(sampler, PackedSampler)  # split by packs, not records
         self.workers = workers
         self.prefetch = prefetch
         self.seed = seed
@@ -221,25 +223,35 @@ class Pipeline(Generic[B, T]):
             # positions are widened once here (the values never change).
             idx = np.ascontiguousarray(idx, np.uint64 if idx.dtype.kind == "u" else np.int64)
         b, k, n = len(idx), self.streams.width, self.process_count
-        if b % (n * k):
-            raise InvalidArgumentError(
-                f"the sampler's batch of {b} does not divide by {split_description(n, k)}"
-            )
+        packs = None
+        if self.packed:
+            # Read right after the draw, under the draw lock: the sampler
+            # overwrites its offsets at the next one.
+            offsets = pack_offsets(cast("PackedSampler", self.sampler).pack_offsets, b)
+            packs = split_packs(offsets, self.process_index, n, k)
+            offset, stop, bounds = packs.start, packs.stop, packs.bounds
+        else:
+            if b % (n * k):
+                raise InvalidArgumentError(
+                    f"the sampler's batch of {b} does not divide by {split_description(n, k)}"
+                )
+            local = b // n
+            offset = self.process_index * local
+            stop = offset + local
+            per = local // k
+            bounds = [i * per for i in range(k + 1)]
         # This process's contiguous slice of the global batch, a view like the
         # bindings' parts of it.
-        local = b // n
-        offset = self.process_index * local
-        positions = cast("Positions", idx[offset : offset + local])
-        per = local // k
+        positions = cast("Positions", idx[offset:stop])
         parts: _Parts[B] = []
         waits = False
         streams = self.streams
         for i in range(k):
             shard: dict[str, B | _Later[B]] = {}
+            pos = positions[bounds[i] : bounds[i + 1]]
             for name, readers, prefetching in zip(
                 streams.names, streams.lists, streams.prefetching, strict=True
             ):
-                pos = positions[i * per : (i + 1) * per]
                 later = None
                 if prefetching[i]:
                     later = cast("PrefetchingReader[B]", readers[i]).prefetch(pos)
@@ -263,6 +275,7 @@ class Pipeline(Generic[B, T]):
                 batch_size=b,
                 process_index=self.process_index,
                 process_count=n,
+                pack_offsets=None if packs is None else packs.offsets,
             )
         return _Begun(step, parts, info, waits=waits)
 

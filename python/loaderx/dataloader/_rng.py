@@ -50,7 +50,14 @@ class StepInfo:
     ``process_count`` the loader's. ``rng`` is a NumPy Generator derived from the
     loader's seed and the step only (``step_rng(seed, step)``, the same in every
     process), created on first use; ``record_rng(j)`` one for the record at
-    ``positions[j]``, derived from the seed, the step and ``offset + j``."""
+    ``positions[j]``, derived from the seed, the step and ``offset + j``.
+
+    ``pack_offsets`` is None unless the sampler draws packs (a
+    ``loaderx.sampler.PackingSampler``): then it is a tuple with one read-only
+    ``int64`` array per binding of this process, that binding's pack offsets
+    relative to its own records (pack ``k`` of binding ``i`` is its records
+    ``pack_offsets[i][k]`` to ``pack_offsets[i][k + 1]``), and ``positions``,
+    ``offset`` and ``batch_size`` count records, not packs."""
 
     __slots__ = (
         "step",
@@ -59,6 +66,7 @@ class StepInfo:
         "batch_size",
         "process_index",
         "process_count",
+        "pack_offsets",
         "_seed",
         "_rng",
     )
@@ -69,6 +77,7 @@ class StepInfo:
     batch_size: int
     process_index: int
     process_count: int
+    pack_offsets: tuple[npt.NDArray[np.int64], ...] | None
 
     def __init__(
         self,
@@ -80,6 +89,7 @@ class StepInfo:
         batch_size: int | None = None,
         process_index: int = 0,
         process_count: int = 1,
+        pack_offsets: tuple[npt.NDArray[np.int64], ...] | None = None,
     ) -> None:
         self.step = step
         self.positions = positions
@@ -87,6 +97,7 @@ class StepInfo:
         self.batch_size = len(positions) if batch_size is None else batch_size
         self.process_index = process_index
         self.process_count = process_count
+        self.pack_offsets = pack_offsets
         self._seed = seed
         self._rng: np.random.Generator | None = None
 
@@ -119,6 +130,8 @@ class StepInfo:
                 f", offset={self.offset}, batch_size={self.batch_size}, "
                 f"process={self.process_index}/{self.process_count}"
             )
+        if self.pack_offsets is not None:
+            where += f", packs={sum(len(o) - 1 for o in self.pack_offsets)}"
         return (
             f"StepInfo(step={self.step}, positions={len(self.positions)}{where}, seed={self._seed})"
         )
