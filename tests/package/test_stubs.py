@@ -298,10 +298,15 @@ def exercise_store(nat: Native, root: pathlib.Path, codec: str, dictionary: byte
     assert (np.from_dlpack(got) == DENSE[[4, 0, 4]]).all()
     fetched, from_cache = nat.call(remote, "traffic")
     assert fetched >= DENSE[[4, 0, 4]].nbytes and from_cache >= 0
-    pending = nat.call(remote, "begin", np.array([2, 5], dtype=np.uint64))
-    got = nat.call(remote, "finish_dense", pending, host)
+    pending = nat.call(remote, "begin", np.array([2, 5], dtype=np.uint64), host)
+    got = nat.call(remote, "finish_dense", pending)
     assert (np.from_dlpack(got) == DENSE[[2, 5]]).all()
+    assert nat.get(pending, "ready") is True and nat.get(pending, "work_ns") is None
     nat.call(pending, "cancel")  # once finished, a no-op
+    ahead = nat.call(dense, "begin", np.array([6, 1], dtype=np.int64), host)
+    got = nat.call(dense, "finish_dense", ahead)
+    assert (np.from_dlpack(got) == DENSE[[6, 1]]).all()
+    assert nat.get(ahead, "ready") is True and nat.get(ahead, "work_ns") >= 0
 
     ragged = nat.call(_native.Store, "open", str(root / "ragged"), checked=True)
     assert nat.get(ragged, "kind") == "ragged" and nat.get(ragged, "ndim") == 1
@@ -316,8 +321,8 @@ def exercise_store(nat: Native, root: pathlib.Path, codec: str, dictionary: byte
     url = (root / "uploaded-ragged").as_uri()
     nat.call(_native, "upload", root / "ragged", url, {})
     remote = nat.call(_native.Store, "open_url", url, {})
-    pending = nat.call(remote, "begin", np.array([3, 0], dtype=np.int64))
-    values, cu, shapes = nat.call(remote, "finish_ragged", pending, host)
+    pending = nat.call(remote, "begin", np.array([3, 0], dtype=np.int64), host)
+    values, cu, shapes = nat.call(remote, "finish_ragged", pending)
     parts = nat.call(values, "_split", cu, shapes)
     assert [np.from_dlpack(p).tolist() for p in parts] == [RECORDS[i].tolist() for i in (3, 0)]
     return batch

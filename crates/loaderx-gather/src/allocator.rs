@@ -10,6 +10,7 @@ use crate::pool::{Block, Pool};
 
 /// A host-addressable region the gather fills before its bytes are copied to the
 /// output.
+#[derive(Clone)]
 struct Stage {
     pool: Arc<Pool>,
     /// The runtime that copies to the device; None when the CPU copies.
@@ -18,7 +19,9 @@ struct Stage {
     decoded_only: bool,
 }
 
-/// Where a gather's outputs live, and how decoded bytes reach them.
+/// Where a gather's outputs live, and how decoded bytes reach them. A clone
+/// shares the pools: a gather begun ahead holds one until it runs.
+#[derive(Clone)]
 pub struct Allocator {
     out: Arc<Pool>,
     stage: Option<Stage>,

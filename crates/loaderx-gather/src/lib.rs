@@ -8,10 +8,13 @@
 //!   gets decoded bytes there.
 //! * [`RecordSource`]: a store's records into an allocator's block, in one call
 //!   per batch, whatever holds the store.
+//! * [`background`]: gathers begun ahead of their consumer, run in order on
+//!   one background thread.
 
 #![deny(missing_docs)]
 
 mod allocator;
+pub mod background;
 mod device;
 mod error;
 mod pool;

@@ -5,11 +5,14 @@
 //! per record looked up at run time.
 
 use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
 
 use zrecord::{RaggedLayout, Store, StoreInfo};
 
 use crate::allocator::Allocator;
-use crate::error::{Error, Result};
+use crate::background;
+use crate::error::Result;
 use crate::pool::Block;
 use crate::threads::THREADS;
 
@@ -27,7 +30,7 @@ pub struct RecordSizes {
 }
 
 /// A store's records, wherever they are.
-pub trait RecordSource: Send + Sync {
+pub trait RecordSource: Send + Sync + 'static {
     /// What the store's small files say: schema, header, attributes, dictionary.
     fn info(&self) -> &StoreInfo;
 
@@ -49,13 +52,22 @@ pub trait RecordSource: Send + Sync {
         (0, 0)
     }
 
-    /// Starts the gather of `idx` and returns at once, for a source whose
-    /// records take time to arrive; positions are checked here. A local store
-    /// gathers at once and refuses.
-    fn begin(&self, _idx: &[u64]) -> Result<Box<dyn Begun>> {
-        Err(Error::invalid(
-            "a local store gathers at once; only a remote store begins a gather",
-        ))
+    /// Starts the gather of `idx` into one block of `allocator` and returns
+    /// at once; positions are checked here. By default the gather runs on the
+    /// process's background gather thread ([`crate::background`]), behind the
+    /// gathers begun before it; a source whose records take time to arrive
+    /// sends its requests instead, and decodes when the gather is finished.
+    fn begin(self: Arc<Self>, idx: Vec<u64>, allocator: Allocator) -> Result<Box<dyn Begun>> {
+        let len = self.info().len();
+        if let Some(&bad) = idx.iter().find(|&&i| i >= len) {
+            return Err(zrecord::Error::OutOfRange {
+                index: i128::from(bad),
+                len,
+            }
+            .into());
+        }
+        let n = idx.len();
+        background::begin(n, Box::new(move || self.records(&idx, &allocator)))
     }
 
     /// The part of a verify that is not per record: the whole index against its
@@ -115,7 +127,7 @@ pub trait RecordSource: Send + Sync {
 }
 
 /// A gather begun by [`RecordSource::begin`]: its records are on their way.
-/// Dropping it unfinished cancels what is still in flight.
+/// Dropping it unfinished cancels what has not started.
 pub trait Begun: Send + Sync {
     /// How many records the gather returns.
     fn len(&self) -> usize;
@@ -125,13 +137,25 @@ pub trait Begun: Send + Sync {
         self.len() == 0
     }
 
-    /// Stops what is still in flight, even while another thread waits in
-    /// [`Begun::finish`], which then fails. A no-op once the records are in.
+    /// Stops what has not happened yet, even while another thread waits in
+    /// [`Begun::finish`], which then fails: requests still in flight, or a
+    /// background gather that has not started (one already running
+    /// completes). A no-op once the records are in.
     fn cancel(&self);
 
-    /// Waits for the records and decodes them into one block of `allocator`.
-    /// A gather finishes once; a second call is refused.
-    fn finish(&self, allocator: &Allocator) -> Result<Records>;
+    /// Whether [`Begun::finish`] would return without waiting.
+    fn is_ready(&self) -> bool;
+
+    /// How long a background thread spent on the gather, once it ran; `None`
+    /// while it has not, and for a gather whose work happens in
+    /// [`Begun::finish`].
+    fn work_time(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Waits for the records, in one block of the allocator the gather was
+    /// begun with. A gather finishes once; a second call is refused.
+    fn finish(&self) -> Result<Records>;
 }
 
 impl RecordSource for Store {

@@ -23,7 +23,8 @@ type SizeArrays<'py> = (Bound<'py, PyArray1<u64>>, Bound<'py, PyArray1<u64>>);
 
 #[pyclass(module = "loaderx._native", name = "Store", frozen)]
 pub struct PyStore {
-    source: Box<dyn RecordSource>,
+    // Shared with the gathers begun on it, which keep the store open until they end.
+    source: Arc<dyn RecordSource>,
 }
 
 impl PyStore {
@@ -79,21 +80,17 @@ impl PyStore {
     }
 
     /// A begun gather's records once they are in, with the GIL released.
-    fn finish(
-        &self,
-        py: Python<'_>,
-        pending: &PyPending,
-        allocator: &Allocator,
-    ) -> PyResult<(usize, Records)> {
+    fn finish(&self, py: Python<'_>, pending: &PyPending) -> PyResult<(usize, Records)> {
         let begun = &pending.begun;
-        let records = py.detach(|| begun.finish(allocator)).py_err()?;
+        let records = py.detach(|| begun.finish()).py_err()?;
         Ok((begun.len(), records))
     }
 }
 
-/// A gather begun on a remote store (`Store.begin`): its records' bytes are on
-/// their way. `Store.finish_dense` / `finish_ragged` take it once; dropping it
-/// unfinished cancels its requests.
+/// A gather begun by `Store.begin`: a local store's runs on the background
+/// gather thread, a remote store's records' bytes are on their way.
+/// `Store.finish_dense` / `finish_ragged` take it once; dropping it unfinished
+/// cancels what has not started.
 #[pyclass(module = "loaderx._native", name = "PendingGather", frozen)]
 pub struct PyPending {
     begun: Box<dyn Begun>,
@@ -101,10 +98,27 @@ pub struct PyPending {
 
 #[pymethods]
 impl PyPending {
-    /// Cancels the gather's requests still in flight; finishing it then fails.
-    /// Works while another thread waits in `finish`; a no-op once it finished.
+    /// Cancels what has not happened yet (requests in flight, a background
+    /// gather not started); finishing it then fails. Works while another
+    /// thread waits in `finish`; a no-op once it finished.
     fn cancel(&self) {
         self.begun.cancel();
+    }
+
+    /// Whether finishing it would not wait.
+    #[getter]
+    fn ready(&self) -> bool {
+        self.begun.is_ready()
+    }
+
+    /// Nanoseconds the background gather thread spent on it, once it ran;
+    /// None before, and for a remote store's gather, whose work is done when
+    /// it is finished.
+    #[getter]
+    fn work_ns(&self) -> Option<u64> {
+        self.begun
+            .work_time()
+            .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
     }
 }
 
@@ -118,7 +132,7 @@ impl PyStore {
         let options = ReadOptions { checked };
         let store = py.detach(|| Store::open_with(&path, options)).py_err()?;
         Ok(PyStore {
-            source: Box::new(store),
+            source: Arc::new(store),
         })
     }
 
@@ -147,7 +161,7 @@ impl PyStore {
             })
             .py_err()?;
         Ok(PyStore {
-            source: Box::new(remote),
+            source: Arc::new(remote),
         })
     }
 
@@ -273,24 +287,27 @@ impl PyStore {
         self.ragged(block, layout)
     }
 
-    /// Starts a remote store's gather of the records at `idx` and returns at
-    /// once: the records' bytes are fetched (or read from the cache) while the
-    /// caller goes on. Positions are checked here.
-    fn begin(&self, py: Python<'_>, idx: &Bound<'_, PyAny>) -> PyResult<PyPending> {
+    /// Starts the gather of the records at `idx` into a block of `allocator`
+    /// and returns at once: a local store's runs on the background gather
+    /// thread behind those begun before it; a remote store's bytes are fetched
+    /// (or read from the cache) while the caller goes on. Positions are
+    /// checked here.
+    fn begin(
+        &self,
+        py: Python<'_>,
+        idx: &Bound<'_, PyAny>,
+        allocator: PyRef<'_, PyAllocator>,
+    ) -> PyResult<PyPending> {
         let idx = positions(idx, self.info().len())?;
-        let begun = py.detach(|| self.source.begin(&idx)).py_err()?;
+        let (source, allocator) = (self.source.clone(), allocator.allocator().clone());
+        let begun = py.detach(|| source.begin(idx, allocator)).py_err()?;
         Ok(PyPending { begun })
     }
 
     /// A begun Dense gather as one `(n, *item_shape)` tensor.
-    fn finish_dense(
-        &self,
-        py: Python<'_>,
-        pending: PyRef<'_, PyPending>,
-        allocator: PyRef<'_, PyAllocator>,
-    ) -> PyResult<DLTensor> {
+    fn finish_dense(&self, py: Python<'_>, pending: PyRef<'_, PyPending>) -> PyResult<DLTensor> {
         self.check_kind(Kind::Dense)?;
-        let (n, (block, _)) = self.finish(py, &pending, allocator.allocator())?;
+        let (n, (block, _)) = self.finish(py, &pending)?;
         Ok(self.dense(block, vec![n as i64]))
     }
 
@@ -299,10 +316,9 @@ impl PyStore {
         &self,
         py: Python<'_>,
         pending: PyRef<'_, PyPending>,
-        allocator: PyRef<'_, PyAllocator>,
     ) -> PyResult<(DLTensor, DLTensor, DLTensor)> {
         self.check_kind(Kind::Ragged)?;
-        let (_, (block, layout)) = self.finish(py, &pending, allocator.allocator())?;
+        let (_, (block, layout)) = self.finish(py, &pending)?;
         self.ragged(block, layout)
     }
 

@@ -333,12 +333,13 @@ impl RecordSource for RemoteStore {
         RemoteStore::begin(self, idx)?.finish(allocator)
     }
 
-    fn begin(&self, idx: &[u64]) -> Result<Box<dyn Begun>> {
-        let pending = RemoteStore::begin(self, idx)?;
+    fn begin(self: Arc<Self>, idx: Vec<u64>, allocator: Allocator) -> Result<Box<dyn Begun>> {
+        let pending = RemoteStore::begin(&self, &idx)?;
         Ok(Box::new(BegunGather {
             len: pending.len(),
             canceller: pending.canceller(),
             pending: Mutex::new(Some(pending)),
+            allocator,
         }))
     }
 

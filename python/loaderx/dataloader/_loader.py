@@ -183,9 +183,12 @@ class Loader(Generic[B, T]):
 
     ``workers=0`` draws, gathers and transforms in the caller's thread. Positive
     ``workers`` are threads: each draws and gathers a step under one lock, then
-    transforms it concurrently with the others. At most ``workers + prefetch``
-    batches are live besides those the consumer holds; finished batches wait in
-    step order, so delivery order never depends on which worker was faster.
+    transforms it concurrently with the others. Without a transform over local
+    stores no thread is needed: ``next()`` begins the steps ahead and their
+    gathers run in order on the engine's background gather thread. At most
+    ``workers + prefetch`` batches are live besides those the consumer holds;
+    finished batches wait in step order, so delivery order never depends on
+    which worker was faster.
 
     A Loader has one iterator: ``iter(loader)`` returns the same LoaderIterator
     every time, and ``next(loader)``, ``state_dict()`` and ``close()`` act on it,

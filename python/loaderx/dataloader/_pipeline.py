@@ -66,7 +66,8 @@ def takes_step(transform: Callable[..., object]) -> bool:
 
 
 class _Later(Generic[B]):
-    """A binding's batch that a prefetching reader is still reading."""
+    """A binding's batch that a prefetching reader is still reading, or that the
+    background gather thread has yet to gather."""
 
     __slots__ = ("wait",)
 
@@ -77,6 +78,16 @@ class _Later(Generic[B]):
         cancel: Callable[[], object] | None = getattr(self.wait, "cancel", None)
         if callable(cancel):
             cancel()
+
+    @property
+    def ready(self) -> bool:
+        return getattr(self.wait, "ready", False) is True
+
+    @property
+    def work_ns(self) -> int:
+        """The background gather thread's time on it, once it ran (else 0)."""
+        ns = getattr(self.wait, "work_ns", None)
+        return ns if type(ns) is int else 0
 
 
 # A begun step: per binding, per stream, the batch or what waits for it.
@@ -102,10 +113,20 @@ class _Begun(Generic[B]):
 
     def cancel(self) -> None:
         """Stops the reads still under way that can be stopped."""
-        for shard in self.parts or ():
-            for v in shard.values():
-                if isinstance(v, _Later):
-                    cast("_Later[B]", v).cancel()
+        for v in self.later():
+            v.cancel()
+
+    def later(self) -> list[_Later[B]]:
+        return [
+            cast("_Later[B]", v)
+            for shard in self.parts or ()
+            for v in shard.values()
+            if isinstance(v, _Later)
+        ]
+
+    def ready(self) -> bool:
+        """Whether completing it would not wait."""
+        return self.error is not None or all(v.ready for v in self.later())
 
 
 # A step's time in each of STAGES, in nanoseconds; -1 for a stage it did not have.
@@ -201,6 +222,10 @@ class Pipeline(Generic[B, T]):
         self.closed = False
         self.failed: BaseException | None = None
         self.pid = os.getpid()
+        # No transform and only local stores: the consumer begins the steps ahead
+        # itself, their gathers run on the background gather thread, and no batch
+        # is handed between Python threads.
+        self.ahead = workers > 0 and transform is None and streams.local
         stages = ("draw", "gather") + (("transform",) if transform is not None else ())
         self.stats = Recorder(prefetch + workers if workers else 0, stages, _traffic(streams))
         self.stats.set_reports(stats_every, on_stats)
@@ -253,7 +278,9 @@ class Pipeline(Generic[B, T]):
                 streams.names, streams.lists, streams.prefetching, strict=True
             ):
                 later = None
-                if prefetching[i]:
+                if self.ahead:
+                    later = cast("StoreReader[B]", readers[i])._begin(pos)  # pyright: ignore[reportPrivateUsage]
+                elif prefetching[i]:
                     later = cast("PrefetchingReader[B]", readers[i]).prefetch(pos)
                 if later is None:
                     shard[name] = readers[i].gather(pos)
@@ -349,6 +376,8 @@ class Pipeline(Generic[B, T]):
         self.started = True
         self.pid = os.getpid()
         _STARTED.add(cast("Pipeline[object, object]", self))
+        if self.ahead:
+            return  # the consumer begins the steps; the gathers run natively
         for i in range(self.workers):
             t = threading.Thread(target=self.work, name=f"loaderx-worker-{i}", daemon=True)
             t.start()
@@ -433,22 +462,30 @@ class Pipeline(Generic[B, T]):
         self.check_process()
         self.check_open()
         called = time.perf_counter_ns()
-        if self.workers == 0:
+        if self.workers == 0 or self.ahead:
             # One step at a time, so that consumers on several threads never draw
             # into the sampler's buffer while another gathers from it.
             with self.draw:
-                self.check_open()
+                self.check_open_drawing()
                 if self.stats.first_call is None:  # once: no lock on later steps
                     with self.cond:
                         self.stats.called(called)
+                        if self.ahead:
+                            self.start()
+                ready = 0
                 try:
-                    done = self.run(self.draw_and_begin(self.delivered, called))
+                    if self.ahead:
+                        done, ready = self.step_ahead()
+                    else:
+                        done = self.run(self.draw_and_begin(self.delivered, called))
                 except BaseException as e:
+                    self.check_open_drawing()
                     self.failed = e
+                    self.begun.clear()
                     raise
                 self.delivered += 1
                 with self.cond:
-                    report = self.record(done, called, 0, done.end_ns)
+                    report = self.record(done, called, ready, done.end_ns)
         else:
             with self.cond:
                 self.stats.called(called)
@@ -471,6 +508,45 @@ class Pipeline(Generic[B, T]):
             # Outside the lock: the callback may take its time, or call stats().
             cast("Report", self.stats.report)(report)
         return cast("T", done.value)
+
+    def check_open_drawing(self) -> None:
+        """check_open() for the thread that holds the draw lock, which drops the
+        steps begun ahead once the loader is closed."""
+        if self.closed:
+            self.begun.clear()
+        self.check_open()
+
+    def step_ahead(self) -> tuple[_Step[T], int]:
+        """The next step with no worker thread (under the draw lock), and how many
+        begun steps were ready when it was asked for. Begins the steps up to
+        ``workers + prefetch`` ahead of the consumer, whose gathers run in order
+        on the background gather thread, then waits, with the GIL released, for
+        the oldest."""
+        begun = self.begun
+        ready = 0
+        for item in begun:  # they finish in the order begun
+            if not item.ready():
+                break
+            ready += 1
+        limit = self.workers + self.prefetch
+        while self.claimed - self.delivered < limit and (not begun or begun[-1].error is None):
+            step = self.claimed
+            self.claimed += 1
+            try:
+                item = self.draw_and_begin(step, time.perf_counter_ns())
+            except BaseException as e:  # noqa: BLE001 - raised at its own step
+                item = _Begun[B](step, error=e)
+            begun.append(item)
+        item = begun.popleft()
+        if item.error is not None:
+            raise item.error
+        shards = self.completed(item)
+        end = time.perf_counter_ns()
+        gather = sum(v.work_ns for v in item.later())
+        nbytes = batch_bytes(cast("list[dict[str, object]]", shards))
+        return _Step(
+            cast("T", shards), times=(item.draw_ns, gather, -1, -1), nbytes=nbytes, end_ns=end
+        ), ready
 
     def record(self, done: _Step[T], called: int, ready: int, now: int) -> LoaderStats | None:
         """Counts a delivered step (under the condition lock); the report due, if any."""
@@ -503,6 +579,18 @@ class Pipeline(Generic[B, T]):
         # waits out its timeouts and retries) is released at once.
         for item in waiting:
             item.cancel()
+        if self.ahead:
+            # No thread to join. Gathers not started never will be; the thread
+            # that holds the draw lock drops the steps it began once it sees the
+            # flag, or this does now.
+            for item in tuple(self.begun):
+                item.cancel()
+            if self.draw.acquire(blocking=False):
+                try:
+                    self.begun.clear()
+                finally:
+                    self.draw.release()
+            return
         if threading.current_thread() in threads:
             # From inside a transform: joining the others could wait on a worker
             # that is itself closing and joining this one.

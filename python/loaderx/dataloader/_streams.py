@@ -8,6 +8,7 @@ from typing import Generic, TypeVar, cast
 
 from ..errors import InvalidArgumentError
 from ..protocols import PrefetchingReader, Reader
+from ..zrecord._reader import StoreReader
 from ._state import JSON, plain, store_identity
 
 B = TypeVar("B")  # what one reader's gather returns
@@ -68,6 +69,11 @@ class Streams(Generic[B]):
         self.prefetching = [
             [isinstance(r, PrefetchingReader) for r in readers] for readers in lists
         ]
+        # Every reader a local store's: their gathers can be begun ahead and run
+        # on the background gather thread, with no worker thread in between.
+        self.local = all(
+            isinstance(r, StoreReader) and r.url is None for readers in lists for r in readers
+        )
         self.stores: list[list[int | str | None]] = [
             [store_identity(r, f"stream {n!r} binding {i}") for i, r in enumerate(readers)]
             for n, readers in zip(names, lists, strict=True)

@@ -170,7 +170,7 @@ class Dense(StoreReader[DLTensor]):
         return store.gather_dense(pos, self._native_allocator())
 
     def _finish(self, store: _native.Store, pending: _native.PendingGather) -> DLTensor:
-        return store.finish_dense(pending, self._native_allocator())
+        return store.finish_dense(pending)
 
     def gather(self, positions: Positions) -> DLTensor:
         """Batch read of a contiguous 1-D int64/uint64 position array, without

@@ -316,7 +316,7 @@ class Ragged(StoreReader[RaggedBatch]):
         return RaggedBatch._trusted(*gathered)  # pyright: ignore[reportPrivateUsage]
 
     def _finish(self, store: _native.Store, pending: _native.PendingGather) -> RaggedBatch:
-        gathered = store.finish_ragged(pending, self._native_allocator())
+        gathered = store.finish_ragged(pending)
         return RaggedBatch._trusted(*gathered)  # pyright: ignore[reportPrivateUsage]
 
     def gather(self, positions: Positions) -> RaggedBatch:

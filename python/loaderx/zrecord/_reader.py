@@ -85,9 +85,10 @@ class StoreStats:
 
 
 class _Fetching(Generic[_BatchT]):
-    """A gather a remote store began: calling it waits for the records and
-    returns the batch (once); ``cancel()`` stops its requests, even while
-    another thread waits in the call."""
+    """A begun gather: calling it waits for the records and returns the batch
+    (once); ``cancel()`` stops what has not happened yet (a remote store's
+    requests, a local gather not started), even while another thread waits in
+    the call."""
 
     __slots__ = ("_pending", "_reader", "_store")
 
@@ -101,6 +102,17 @@ class _Fetching(Generic[_BatchT]):
 
     def cancel(self) -> None:
         self._pending.cancel()
+
+    @property
+    def ready(self) -> bool:
+        """Whether calling it would not wait."""
+        return self._pending.ready
+
+    @property
+    def work_ns(self) -> int | None:
+        """Nanoseconds the background gather thread spent on a local gather,
+        once it ran; None otherwise."""
+        return self._pending.work_ns
 
 
 def open_native(
@@ -366,8 +378,14 @@ class StoreReader(ABC, Generic[_BatchT]):
         uncalled; calling it after ``cancel()`` raises ``StorageError``."""
         if self._remote is None:
             return None
+        return self._begin(positions)
+
+    def _begin(self, positions: Positions) -> _Fetching[_BatchT]:
+        """Starts the gather of `positions` and returns what finishes it: a
+        local store's gather runs on the background gather thread, behind the
+        gathers begun before it; a remote store's requests are sent."""
         store = self._store()
-        return _Fetching(self, store, store.begin(positions))
+        return _Fetching(self, store, store.begin(positions, self._native_allocator()))
 
     @property
     def url(self) -> str | None:

@@ -137,12 +137,13 @@ impl Drop for Pending {
     }
 }
 
-/// A [`Pending`] gather as the engine's [`Begun`]: finished once, cancelled
-/// from any thread meanwhile.
+/// A [`Pending`] gather as the engine's [`Begun`]: finished once, into the
+/// allocator it was begun with, cancelled from any thread meanwhile.
 pub(super) struct BegunGather {
     pub(super) len: usize,
     pub(super) pending: Mutex<Option<Pending>>,
     pub(super) canceller: Canceller,
+    pub(super) allocator: Allocator,
 }
 
 impl Begun for BegunGather {
@@ -154,14 +155,21 @@ impl Begun for BegunGather {
         self.canceller.cancel();
     }
 
-    fn finish(&self, allocator: &Allocator) -> Result<Records> {
+    fn is_ready(&self) -> bool {
+        let pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        pending
+            .as_ref()
+            .is_none_or(|p| p.task.as_ref().is_none_or(JoinHandle::is_finished))
+    }
+
+    fn finish(&self) -> Result<Records> {
         let pending = self
             .pending
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take()
             .ok_or_else(|| Error::invalid("this gather was already finished"))?;
-        pending.finish(allocator)
+        pending.finish(&self.allocator)
     }
 }
 
