@@ -99,7 +99,10 @@ def build(rev: str, cache: Path, rebuild: bool) -> tuple[str, Path]:
     archive = subprocess.run(
         ["git", "archive", "--format=tar", sha], cwd=REPO, capture_output=True, check=True
     )
-    subprocess.run(["tar", "-x", "-C", str(src)], input=archive.stdout, check=True)
+    # -m: the files get the time of extraction, not the commit's. With the target
+    # folder shared, an older build's outputs are newer than the commit's times,
+    # and cargo would take them as up to date for another revision's sources.
+    subprocess.run(["tar", "-x", "-m", "-C", str(src)], input=archive.stdout, check=True)
     _step("venv", [sys.executable, "-m", "venv", str(home / "venv")], log)
     _step("pip install", [str(python), "-m", "pip", "install", "-q", "maturin", "numpy"], log)
     env = {**os.environ, "CARGO_TARGET_DIR": str(cache / "target")}

@@ -513,11 +513,7 @@ impl Cache {
         }
         // The three directories under the cache's must be its own, not links
         // that would take the write elsewhere.
-        let own = parent
-            .ancestors()
-            .take_while(|a| *a != self.dir)
-            .all(|a| fs::symlink_metadata(a).is_ok_and(|m| m.is_dir()));
-        if !own {
+        if !self.own_dirs(parent) {
             return;
         }
         let tmp = parent.join(format!(
@@ -547,7 +543,7 @@ impl Cache {
 
     /// The cache's own files: regular files at the names it writes, under
     /// directories (never links) at the names it makes. Returns the blocks and
-    /// small files, and the temporary files.
+    /// small files, and the temporary files and claims (`claim`).
     fn own_files(&self) -> (Vec<OwnFile>, Vec<OwnFile>) {
         let (mut files, mut temps) = (Vec::new(), Vec::new());
         for store in subdirs(&self.dir, is_hex16) {
@@ -568,7 +564,7 @@ impl Cache {
                             len: meta.len(),
                             path: ent.path(),
                         };
-                        if is_temp(name) {
+                        if is_temp(name) || claim::is_claim(name) {
                             temps.push(own);
                         } else if is_number(name) || name == "whole" {
                             files.push(own);
@@ -582,7 +578,7 @@ impl Cache {
 
     /// Removes the least recently used blocks until the directory holds at most
     /// nine tenths of its limit (so that eviction does not run on every write),
-    /// and temporary files a killed writer left. Every process may run it at any
+    /// and temporary files and claims a killed writer left. Every process may run it at any
     /// time: a file another one removed first is skipped.
     fn evict(&self) {
         let Ok(_one) = self.evicting.try_lock() else {
@@ -640,6 +636,8 @@ fn slices(bytes: &Bytes, at: u64, ranges: &[Range<u64>]) -> Vec<Bytes> {
 
 /// Numbers temporary names, so that two writers of one process never share one.
 static TEMP_SEQ: AtomicU64 = AtomicU64::new(0);
+
+mod claim;
 
 #[cfg(test)]
 #[allow(clippy::single_range_in_vec_init)] // one range is a case to test

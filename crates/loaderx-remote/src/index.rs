@@ -176,7 +176,7 @@ impl<I: IndexSource> Blocks<'_, I> {
             .claim_blocks(missing.iter().map(|&b| (INDEX_KEY, b as u64)));
         let mine: Vec<usize> = claimed.keys().iter().map(|k| k.1 as usize).collect();
         let fetch_mine = async {
-            let got = self.fetch_and_keep(&mine, how).await;
+            let got = self.fetch_claimed(&mine, how).await;
             claimed.release();
             got
         };
@@ -186,10 +186,14 @@ impl<I: IndexSource> Blocks<'_, I> {
                 let _ = done.acquire().await;
             }
         });
-        for block in mine? {
+        let (mine, theirs) = mine?;
+        for block in mine {
             found.insert(block.block(), block);
         }
-        let others: Vec<usize> = claimed.others().map(|(k, _)| k.1 as usize).collect();
+        // Blocks another read of this process or another process fetched.
+        let mut others: Vec<usize> = claimed.others().map(|(k, _)| k.1 as usize).collect();
+        others.extend(theirs);
+        others.sort_unstable();
         drop(claimed);
         if !others.is_empty() {
             // What the others fetched is in memory or the cache now, unless
@@ -234,6 +238,42 @@ impl<I: IndexSource> Blocks<'_, I> {
         }
         missing.retain(|b| !found.contains_key(b));
         Ok(missing)
+    }
+
+    /// Fetches the blocks of `wanted` that no other process sharing the cache
+    /// is fetching, and keeps them; returns them, and the blocks another
+    /// process is fetching, once each is in the cache or no longer claimed.
+    async fn fetch_claimed(&self, wanted: &[usize], how: Use) -> Result<(Vec<Block>, Vec<usize>)> {
+        let Some(cache) = self.cache.filter(|_| !wanted.is_empty()) else {
+            return Ok((self.fetch_and_keep(wanted, how).await?, Vec::new()));
+        };
+        let (c, id) = (cache.clone(), self.id());
+        let named: Vec<(usize, String, u64)> = wanted
+            .iter()
+            .map(|&b| (b, INDEX_FILE.to_string(), b as u64))
+            .collect();
+        let claims = tokio::task::spawn_blocking(move || c.claim_fetches(id, named))
+            .await
+            .map_err(|e| Error::internal(format!("claiming index blocks did not complete: {e}")))?;
+        let waits: Vec<(String, u64, u64)> = claims
+            .theirs
+            .iter()
+            .map(|&b| {
+                let r = self.meta.index_block_range(b);
+                (INDEX_FILE.to_string(), b as u64, r.end - r.start)
+            })
+            .collect();
+        let (held, mine) = (claims.held, claims.mine);
+        let (got, ()) = futures::join!(
+            async {
+                let got = self.fetch_and_keep(&mine, how).await;
+                // Written (or failed): waiters read it, or fetch it themselves.
+                drop(held);
+                got
+            },
+            cache.wait_for_claimed(id, &waits)
+        );
+        Ok((got?, claims.theirs))
     }
 
     /// Fetches `wanted` and keeps the blocks in the cache and, for a gather, in

@@ -469,7 +469,7 @@ impl Source {
             .await?;
         let claimed = self.fetcher.claim_blocks(missing.keys().copied());
         let fetch_mine = async {
-            let got = self.fetch_blocks(cache, claimed.keys()).await;
+            let got = self.fetch_claimed(cache, claimed.keys()).await;
             claimed.release();
             got
         };
@@ -479,12 +479,16 @@ impl Source {
                 let _ = done.acquire().await;
             }
         });
-        for ((file, b), bytes) in mine? {
+        let (mine, theirs) = mine?;
+        for ((file, b), bytes) in mine {
             pieces.insert((file, b * bs), bytes);
         }
+        // Blocks another gather of this process or another process fetched.
         let others: Vec<(BlockKey, Vec<Range<u64>>)> = claimed
             .others()
-            .filter_map(|(k, _)| missing.remove_entry(&k))
+            .map(|(k, _)| k)
+            .chain(theirs)
+            .filter_map(|k| missing.remove_entry(&k))
             .collect();
         drop(claimed);
         if !others.is_empty() {
@@ -591,6 +595,45 @@ impl Source {
             }
         }
         Ok(missing)
+    }
+
+    /// Fetches the blocks of `keys` (sorted) that no other process sharing the
+    /// cache is fetching, and keeps them; returns them, and the keys of those
+    /// another process is fetching, once each is in the cache or no longer
+    /// claimed (the caller reads them from the cache, or fetches them).
+    async fn fetch_claimed(
+        &self,
+        cache: &Arc<Cache>,
+        keys: &[BlockKey],
+    ) -> Result<(Vec<(BlockKey, Bytes)>, Vec<BlockKey>)> {
+        if keys.is_empty() {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let (c, id) = (cache.clone(), self.id);
+        let named: Vec<(BlockKey, String, u64)> = keys
+            .iter()
+            .map(|&(f, b)| ((f, b), data_file(f), b))
+            .collect();
+        let claims = tokio::task::spawn_blocking(move || c.claim_fetches(id, named))
+            .await
+            .map_err(|e| Error::internal(format!("claiming cache blocks did not complete: {e}")))?;
+        let bs = cache.block_bytes();
+        let waits: Vec<(String, u64, u64)> = claims
+            .theirs
+            .iter()
+            .map(|&(f, b)| (data_file(f), b, self.block_len(bs, f, b)))
+            .collect();
+        let (held, mine) = (claims.held, claims.mine);
+        let (got, ()) = futures::join!(
+            async {
+                let got = self.fetch_blocks(cache, &mine).await;
+                // Written (or failed): waiters read it, or fetch it themselves.
+                drop(held);
+                got
+            },
+            cache.wait_for_claimed(self.id, &waits)
+        );
+        Ok((got?, claims.theirs))
     }
 
     /// Fetches the blocks `keys` (sorted), neighbours in one request each up to

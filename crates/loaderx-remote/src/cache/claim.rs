@@ -1,0 +1,261 @@
+//! Claims among processes on the blocks being fetched, so that the processes of
+//! a node sharing one cache directory fetch each block once between them.
+//!
+//! Before a process fetches a block the cache lacks, it creates a claim file
+//! beside the block's name, `.claim-<block>`, with `O_EXCL`: one process wins
+//! and fetches; the others see the claim, wait for the block to appear (or the
+//! claim to go), and read it from the cache. The winner writes the block, then
+//! removes its claim, so a waiter that sees the claim gone and the block
+//! missing knows the fetch failed or was not kept, and fetches the block itself.
+//!
+//! A claim never blocks the others for long: it holds its writer's process id
+//! and host name, and is stale, and taken over, as soon as that process is gone
+//! (same host) or once it is older than [`CLAIM_STALE`] (whatever the host), so
+//! a killed process costs the others one wait of at most that long. A claim
+//! that cannot be made (a read-only or full directory, a link in the layout)
+//! leaves the block to be fetched as if there were no other process. At worst
+//! a block is fetched twice; never is a block read that was not whole, since
+//! blocks are still written under a temporary name and renamed into place and
+//! checked for their length and every record for its checksum.
+
+use std::fs;
+use std::io::{Read, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use super::{open_regular, Cache};
+
+/// A claim older than this is taken over whoever holds it: longer than one
+/// fetch of a run of blocks takes but for a server that is failing anyway.
+pub(crate) const CLAIM_STALE: Duration = Duration::from_secs(30);
+/// The first and the longest pause between two looks at a block another
+/// process is fetching.
+const POLL_FIRST: Duration = Duration::from_millis(1);
+const POLL_MOST: Duration = Duration::from_millis(16);
+
+const PREFIX: &str = ".claim-";
+
+/// Whether `name` is a claim file's name: `.claim-<block number>`.
+pub(super) fn is_claim(name: &str) -> bool {
+    name.strip_prefix(PREFIX).is_some_and(super::is_number)
+}
+
+/// This process's claim on fetching one block; dropping it removes the claim
+/// file, if it is still this claim's (another process may have taken it over).
+#[derive(Debug)]
+pub(crate) struct BlockClaim {
+    path: PathBuf,
+    inode: (u64, u64),
+}
+
+impl Drop for BlockClaim {
+    fn drop(&mut self) {
+        remove_if_same(&self.path, self.inode, &holder());
+    }
+}
+
+/// Who wrote the claim at `path` and its file's identity; None if it is not a
+/// regular file that can be read.
+fn look(path: &Path) -> Option<(String, (u64, u64), fs::Metadata)> {
+    let (f, meta) = open_regular(path).ok()?;
+    let mut text = String::new();
+    Read::take(&f, 512).read_to_string(&mut text).ok()?;
+    Some((text, (meta.dev(), meta.ino()), meta))
+}
+
+/// Removes the claim at `path` if it is still the file `inode` holding `text`:
+/// a claim made there since (whose file may have been given the freed inode
+/// number) has another holder in it.
+fn remove_if_same(path: &Path, inode: (u64, u64), text: &str) {
+    if look(path).is_some_and(|(t, i, _)| i == inode && t == text) {
+        let _ = fs::remove_file(path);
+    }
+}
+
+/// What claiming a block found.
+#[derive(Debug)]
+pub(crate) enum Claimed {
+    /// This process fetches it; the claim goes when dropped.
+    Mine(BlockClaim),
+    /// Another live process claimed it first.
+    Theirs,
+    /// No claim could be made: fetch it as if alone.
+    Unclaimed,
+}
+
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: `buf` is valid for writes of its length, which is passed.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return String::new();
+    }
+    let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+/// `<pid>@<host>`: who holds a claim.
+fn holder() -> String {
+    format!("{}@{}", std::process::id(), host_name())
+}
+
+/// Whether the holder written in a claim is known to be gone: a process of
+/// this host that no longer exists. Another host's process cannot be asked.
+fn holder_gone(text: &str) -> bool {
+    let Some((pid, host)) = text.trim().split_once('@') else {
+        return true; // not a claim this code wrote whole: a writer died mid-write
+    };
+    let Ok(pid) = pid.parse::<libc::pid_t>() else {
+        return true;
+    };
+    if pid <= 0 || host != host_name() {
+        return false;
+    }
+    // SAFETY: signal 0 only asks whether the process exists.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+/// Whether a claim holding `text`, with `meta`, is stale: older than
+/// `CLAIM_STALE`, or held by a process known to be gone, or left empty by a
+/// writer that died between making it and writing its holder.
+fn stale(text: &str, meta: &fs::Metadata) -> bool {
+    let age = meta
+        .modified()
+        .ok()
+        .and_then(|m| SystemTime::now().duration_since(m).ok())
+        .unwrap_or(Duration::ZERO);
+    if age > CLAIM_STALE {
+        return true;
+    }
+    if text.is_empty() {
+        return age > Duration::from_secs(1);
+    }
+    holder_gone(text)
+}
+
+/// Claims on fetching some blocks: those this process fetches (with the claims
+/// it holds on them) and those other processes are fetching.
+pub(crate) struct Claims<K> {
+    pub mine: Vec<K>,
+    pub theirs: Vec<K>,
+    pub held: Vec<BlockClaim>,
+}
+
+impl Cache {
+    fn claim_path(&self, store: u64, file: &str, block: u64) -> PathBuf {
+        self.store_dir(store)
+            .join(file)
+            .join(format!("{PREFIX}{block}"))
+    }
+
+    /// Claims fetching block `block` of `file` of store `store` among the
+    /// processes sharing this cache. A stale claim is removed and the block
+    /// claimed again, once.
+    pub(crate) fn claim_fetch(&self, store: u64, file: &str, block: u64) -> Claimed {
+        let path = self.claim_path(store, file, block);
+        let Some(parent) = path.parent() else {
+            return Claimed::Unclaimed;
+        };
+        if fs::create_dir_all(parent).is_err() || !self.own_dirs(parent) {
+            return Claimed::Unclaimed;
+        }
+        for _ in 0..2 {
+            let made = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&path);
+            match made {
+                Ok(mut f) => {
+                    let Ok(meta) = f.metadata() else {
+                        let _ = fs::remove_file(&path);
+                        return Claimed::Unclaimed;
+                    };
+                    let _ = f.write_all(holder().as_bytes());
+                    return Claimed::Mine(BlockClaim {
+                        path,
+                        inode: (meta.dev(), meta.ino()),
+                    });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => match look(&path) {
+                    Some((text, inode, meta)) => {
+                        if !stale(&text, &meta) {
+                            return Claimed::Theirs;
+                        }
+                        // Only the stale claim looked at, not one made since.
+                        remove_if_same(&path, inode, &text);
+                    }
+                    // Removed meanwhile: try again. Something that is not a
+                    // file at a claim's name is not ours to remove.
+                    None if !path.exists() => {}
+                    None => return Claimed::Unclaimed,
+                },
+                Err(_) => return Claimed::Unclaimed,
+            }
+        }
+        Claimed::Unclaimed
+    }
+
+    /// Claims each of `blocks` (a key, its file's name and its number) as
+    /// [`Cache::claim_fetch`] does.
+    pub(crate) fn claim_fetches<K>(&self, store: u64, blocks: Vec<(K, String, u64)>) -> Claims<K> {
+        let mut claims = Claims {
+            mine: Vec::new(),
+            theirs: Vec::new(),
+            held: Vec::new(),
+        };
+        for (key, file, block) in blocks {
+            match self.claim_fetch(store, &file, block) {
+                Claimed::Mine(c) => {
+                    claims.mine.push(key);
+                    claims.held.push(c);
+                }
+                Claimed::Theirs => claims.theirs.push(key),
+                Claimed::Unclaimed => claims.mine.push(key),
+            }
+        }
+        claims
+    }
+
+    /// Whether another process's live claim on the block is still there.
+    fn claim_held(&self, store: u64, file: &str, block: u64) -> bool {
+        look(&self.claim_path(store, file, block))
+            .is_some_and(|(text, _, meta)| !stale(&text, &meta))
+    }
+
+    /// Whether the block's file is there at its full length `len`.
+    fn has_block(&self, store: u64, file: &str, block: u64, len: u64) -> bool {
+        fs::symlink_metadata(self.block_path(store, file, block))
+            .is_ok_and(|m| m.is_file() && m.len() == len)
+    }
+
+    /// Waits until each block of `blocks` (file, block number, length) that
+    /// other processes claimed is in the cache, or its claim is gone or stale,
+    /// or `CLAIM_STALE` has passed: then the caller reads what the cache holds
+    /// and fetches the rest.
+    pub(crate) async fn wait_for_claimed(&self, store: u64, blocks: &[(String, u64, u64)]) {
+        let until = Instant::now() + CLAIM_STALE;
+        let mut waiting: Vec<&(String, u64, u64)> = blocks.iter().collect();
+        let mut pause = POLL_FIRST;
+        while !waiting.is_empty() && Instant::now() < until {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(POLL_MOST);
+            waiting.retain(|(file, b, len)| {
+                !self.has_block(store, file, *b, *len) && self.claim_held(store, file, *b)
+            });
+        }
+    }
+
+    /// Whether the directories from `dir` up to the cache's are directories
+    /// (not links that would take a write elsewhere).
+    pub(super) fn own_dirs(&self, dir: &Path) -> bool {
+        dir.ancestors()
+            .take_while(|a| *a != self.dir)
+            .all(|a| fs::symlink_metadata(a).is_ok_and(|m| m.is_dir()))
+    }
+}
+
+#[cfg(test)]
+mod tests;
