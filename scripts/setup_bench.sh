@@ -19,5 +19,14 @@ peer="${PEER_VENV:-.venv-peer}"
 [ -x "$peer/bin/python" ] || python3 -m venv "$peer"
 "$peer/bin/python" -m pip install -q --upgrade pip
 "$peer/bin/python" -m pip install -q "loaderx==2.8.6" numpy
+# The servers the remote benchmarks read from (benchmarks/loaderx_bench/servers.py):
+# nginx from Debian (as root), and s3s-fs built by cargo (0.14.1, the newest that
+# builds with a Rust older than 1.96), both kept when already there.
+if ! command -v nginx >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get install -y -q nginx
+fi
+if ! command -v s3s-fs >/dev/null && [ ! -x "$HOME/.cargo/bin/s3s-fs" ]; then
+    nice cargo install -q s3s-fs@0.14.1 --locked --features binary
+fi
 echo ".venv: loaderx from this checkout + [$EXTRAS] + benchmarks/; $peer: loaderx $("$peer/bin/python" -c \
     'import importlib.metadata as m; print(m.version("loaderx"))')"

@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             fill(rest[0], rest[1], rest[2], rest[3], 2 if args.quick else 20)
         return 0
     args.rounds = args.runs or (2 if args.quick else 5)
-    args.steps = {"dense": 40, "ragged": 200} if args.quick else {"dense": 400, "ragged": 2000}
+    args.steps = {"dense": 40, "ragged": 200} if args.quick else {"dense": 400, "ragged": 4000}
     args.cache.mkdir(parents=True, exist_ok=True)
     builds: list[tuple[str, Path]] = []
     revs: list[str] = []

@@ -9,8 +9,9 @@ Each starts on 127.0.0.1, or inside a network namespace made for it
 missing binary is a ``ServerMissing`` that says how to install it:
 
 - nginx: ``apt-get install -y nginx`` (Debian);
-- s3s-fs: ``cargo install s3s-fs --features binary`` (on ``PATH`` or in
-  ``~/.cargo/bin``).
+- s3s-fs: ``cargo install s3s-fs@0.14.1 --locked --features binary`` (on
+  ``PATH`` or in ``~/.cargo/bin``; later versions need Rust 1.96). Both come with
+  ``bash scripts/setup_bench.sh``.
 
 ``Nginx`` counts what it served from its access log: requests and response body
 bytes, for the fetch amplification a benchmark reports. ``Namespace`` adds a round
@@ -131,18 +132,36 @@ class _Process:
         self.stop()
 
 
+# Debian's echo module (libnginx-mod-http-echo, which the nginx package pulls in):
+# its echo_sleep waits on a timer, so a delayed request holds no worker.
+ECHO_MODULE = Path("/usr/share/nginx/modules/ngx_http_echo_module.so")
+
+
 class Nginx(_Process):
     """nginx serving the directory ``root`` read-only at ``url`` (``url + "/s"`` is
     ``root / "s"``), with ``workers`` worker processes. ``counts()`` gives the
-    requests and response body bytes it has logged since ``reset_counts()``."""
+    requests and response body bytes it has logged since ``reset_counts()``.
+
+    ``delay_ms`` makes nginx wait that long before answering each request (with
+    the echo module's timer), a round trip's latency without netem or a proxy."""
 
     def __init__(
-        self, root: str | os.PathLike[str], workers: int = 1, netns: Namespace | None = None
+        self,
+        root: str | os.PathLike[str],
+        workers: int = 1,
+        netns: Namespace | None = None,
+        delay_ms: float = 0.0,
     ) -> None:
         self.binary = _binary("nginx", "apt-get install -y nginx")
+        if delay_ms > 0 and not ECHO_MODULE.exists():
+            raise ServerMissing(
+                f"nginx's echo module ({ECHO_MODULE}) is not installed, so nginx cannot "
+                "delay its answers: apt-get install -y libnginx-mod-http-echo"
+            )
         super().__init__(netns)
         self.root = Path(root).resolve()
         self.workers = workers
+        self.delay_ms = delay_ms
         self.access_log = self.home / "access.log"
         self._log_offset = 0
 
@@ -153,8 +172,17 @@ class Nginx(_Process):
         # Run as the caller: the default user (nobody) may not read a private
         # temporary directory, and as root nginx would otherwise switch to it.
         user = "user root root;" if os.geteuid() == 0 else ""
+        module, location = "", "location / { limit_except GET { deny all; } }"
+        if self.delay_ms > 0:
+            module = f"load_module {ECHO_MODULE};"
+            location = (
+                f"location / {{ limit_except GET {{ deny all; }} "
+                f"echo_sleep {self.delay_ms / 1000:.3f}; echo_exec @file; }}\n"
+                "        location @file { }"
+            )
         conf.write_text(
             f"""{user}
+{module}
 daemon off;
 worker_processes {self.workers};
 pid {self.home / "nginx.pid"};
@@ -177,7 +205,7 @@ http {{
     server {{
         listen {self.host}:{self.port} reuseport backlog=4096;
         root {self.root};
-        location / {{ limit_except GET {{ deny all; }} }}
+        {location}
     }}
 }}
 """
@@ -223,7 +251,7 @@ class S3sFs(_Process):
     REGION = "us-east-1"
 
     def __init__(self, root: str | os.PathLike[str], netns: Namespace | None = None) -> None:
-        self.binary = _binary("s3s-fs", "cargo install s3s-fs --features binary")
+        self.binary = _binary("s3s-fs", "cargo install s3s-fs@0.14.1 --locked --features binary")
         super().__init__(netns)
         self.root = Path(root).resolve()
 
