@@ -20,13 +20,15 @@ again through the now warm cache must equal the local store's too. Then the runs
 each in a fresh process of one build (``loaderx_bench.remote``'s worker: open, a
 first batch checked against the local store, a warm-up, then ``--steps`` timed
 random batches through the Loader): the local store, then the URL with the
-build's warm cache. Runs alternate between the builds, ``--runs`` (5) of each,
-so that load on the machine falls on all of them alike.
+build's warm cache; then the same two gathered straight from the reader, without
+the Loader (``gather``), which leaves out what the builds' Loaders do differently.
+Runs alternate between the builds, ``--runs`` (5) of each, so that load on the
+machine falls on all of them alike.
 
-Printed: per workload and build, the median records/s of the local store and of
-the warm cache over the runs, their ratio, and the spread of the warm runs
-((max - min) / median), the noise a ratio must be read against; then the warm
-rate of each build against the first one's.
+Printed, for the Loader and for bare gathers: per workload and build, the median
+records/s of the local store and of the warm cache over the runs, their ratio,
+and the spread of the warm runs ((max - min) / median), the noise a ratio must be
+read against; then the warm rate of each build against the first one's.
 
 Needs what ``loaderx_bench.builds`` needs, and nginx (``apt-get install -y nginx``).
 ``--quick``: synthetic data, short runs, 2 of each.
@@ -95,6 +97,25 @@ def fill(kind: str, url: str, local_path: str, cache: str, checks: int) -> None:
     emit({"status": "ok", "records": n, "checks": checks})
 
 
+def gather(kind: str, source: str, cache: str | None, steps: int) -> None:
+    """Times `steps` random batches gathered straight from the reader of `source`
+    (no Loader), after a warm-up of a tenth as many. The values were checked by
+    `fill`, in the same cache, before any run."""
+    options = remote.HTTP_OPTIONS if "://" in source else None
+    reader = remote.open_store(kind, source, cache, options)
+    batch = remote.BATCH[kind]
+    rng = np.random.default_rng(3)
+    draws = [rng.integers(0, len(reader), batch) for _ in range(steps + steps // 10)]
+    for ids in draws[: steps // 10]:
+        np.from_dlpack(reader[ids] if kind == "dense" else reader[ids].values)
+    start = time.perf_counter()
+    for ids in draws[steps // 10 :]:
+        got = reader[ids]
+        np.from_dlpack(got if kind == "dense" else got.values)
+    elapsed = time.perf_counter() - start
+    emit({"status": "ok", "records_s": steps * batch / elapsed})
+
+
 # -- driver ------------------------------------------------------------------------
 
 
@@ -114,22 +135,28 @@ def measure(kind: str, work: Path, server: Nginx, builds, args) -> list[dict]:
             "the warm cache",
             flush=True,
         )
-    rows = {(short, src): [] for short, _ in builds for src in ("local", "warm")}
+    sources = ("local", "warm", "local gather", "warm gather")
+    rows = {(short, src): [] for short, _ in builds for src in sources}
     served: list[dict[str, int]] = []
     common = ["--kind", kind, "--local", local, "--steps", str(args.steps[kind])]
     common += ["--workers", str(args.workers), "--prefetch", str(args.prefetch)]
     for k in range(args.rounds):
         for short, python in builds:
-            for src in ("local", "warm"):
+            for src in sources:
                 argv = ["-m", remote.__spec__.name, "--worker", *common]
                 if src == "local":
                     argv += ["--source", local]
-                else:
+                elif src == "warm":
                     argv += ["--source", url, "--cache", str(caches[short])]
                     argv += ["--options", json.dumps(remote.HTTP_OPTIONS)]
+                else:
+                    cache = str(caches[short]) if src == "warm gather" else "-"
+                    where = url if src == "warm gather" else local
+                    steps = str(args.steps[kind])
+                    argv = ["-m", __spec__.name, "--worker", "gather", kind, where, cache, steps]
                 server.reset_counts()
                 got = run_backend(python, argv, None, 600.0)
-                if src == "warm":
+                if src.startswith("warm"):
                     served.append(server.counts())
                 if got.get("status", "ok") != "ok":
                     raise RuntimeError(f"{short} {src} {kind}: {got['status']}: {got['reason']}")
@@ -149,20 +176,21 @@ def measure(kind: str, work: Path, server: Nginx, builds, args) -> list[dict]:
     ]
 
 
-def summarize(rows: list[dict], builds) -> str:
+def summarize(rows: list[dict], builds, through: str) -> str:
     """One line per workload and build: median records/s of the local store and
-    of the warm cache, their ratio, the warm runs' spread, and the warm median
-    against the first build's."""
+    of the warm cache (``through`` "" for the Loader, " gather" for bare
+    gathers), their ratio, the warm runs' spread, and the warm median against the
+    first build's."""
     by = {(r["kind"], r["build"], r["source"]): r["records_s"] for r in rows}
     first = builds[0][0]
     lines = []
     for kind in KINDS:
-        if (kind, first, "warm") not in by:
+        if (kind, first, "warm" + through) not in by:
             continue
-        base = statistics.median(by[(kind, first, "warm")])
+        base = statistics.median(by[(kind, first, "warm" + through)])
         for short, _ in builds:
-            loc = statistics.median(by[(kind, short, "local")])
-            runs = by[(kind, short, "warm")]
+            loc = statistics.median(by[(kind, short, "local" + through)])
+            runs = by[(kind, short, "warm" + through)]
             warm = statistics.median(runs)
             spread = (max(runs) - min(runs)) / warm
             lines.append(
@@ -197,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
         what, *rest = args.worker
         if what == "stores":
             write_stores(*rest)
+        elif what == "gather":
+            kind, source, cache, steps = rest
+            gather(kind, source, None if cache == "-" else cache, int(steps))
         else:
             fill(rest[0], rest[1], rest[2], rest[3], 2 if args.quick else 20)
         return 0
@@ -237,13 +268,15 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"\n{KINDS[kind]}:", flush=True)
                 rows += measure(kind, work, server, builds, args)
         print(
-            f"\nRandom IID batches through the Loader (images {args.steps['dense']} of "
+            f"\nRandom IID batches (images {args.steps['dense']} of "
             f"{remote.BATCH['dense']}, tokens {args.steps['ragged']} of "
             f"{remote.BATCH['ragged']} per run); median of {args.rounds} runs, each in its "
             "own process, builds alternating; the warm cache is the build's own, filled by "
-            "the check.\n"
+            "the check.\n\nThrough the Loader:\n"
         )
-        print(summarize(rows, builds))
+        print(summarize(rows, builds, ""))
+        print("\nGathered straight from the reader (no Loader):\n")
+        print(summarize(rows, builds, " gather"))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     wall = time.perf_counter() - started
