@@ -271,3 +271,18 @@ def test_any_packed_sampler_is_split_by_packs_and_its_offsets_are_checked(root):
                 next(ld)
             got.append(bad)
     assert len(got) == 3
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_without_a_transform_each_binding_gathers_whole_packs(root, workers):
+    # workers > 0 with no transform: the steps are begun ahead of the consumer.
+    streams = {"id": [Dense.open(root / "id") for _ in range(2)]}
+    want = global_steps(4)
+    for rank in range(2):
+        with Loader(streams, sampler(), workers=workers, process_index=rank, process_count=2) as ld:
+            for positions, offsets in want:
+                got = [np.from_dlpack(s["id"]).tolist() for s in next(ld)]
+                cuts = offsets[rank * 4 : rank * 4 + 5 : 2]
+                assert got == [
+                    positions[a:b].tolist() for a, b in zip(cuts[:-1], cuts[1:], strict=True)
+                ]
