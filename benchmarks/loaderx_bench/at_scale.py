@@ -1,0 +1,243 @@
+"""At scale: stores of millions of tiny records behind nginx, at 0 and 50 ms.
+
+For each record count (``--records``, default 1 million and 100 million), one raw
+Dense store of int64 (2,) records (record i is ``[i, 3 i + 1]``, 16 bytes; its
+index is 24 bytes a record) is written, served by nginx on 127.0.0.1
+(``loaderx_bench.servers``; at 50 ms nginx waits that long before each answer),
+and read in fresh processes:
+
+* **open**: opening the URL alone: seconds, and the requests and body bytes nginx
+  served for it;
+* **first batch**: opening plus the first batch of 256 of a ``WindowedSampler``,
+  checked against the records' values: the time to first batch;
+* **cold pass**: the Loader with its defaults over a ``WindowedSampler`` (batch
+  256) from an empty cache: a whole pass for stores of at most ``--full-pass``
+  records, else ``--steps`` steps. Printed: records/s, the bytes nginx served
+  against the store's size (for a part of a pass, against the same share of the
+  store), its requests per second, and the process's RSS and PSS at the end;
+* **warm pass**: the same steps again from the cache the cold pass filled,
+  against the same steps from the local store.
+
+Every batch of every pass is checked against the records' values. The rate at 50
+ms against 0 ms is printed per record count.
+
+Usage: python scripts/bench_at_scale.py [--records 1000000,100000000] [--latencies 0,50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from loaderx_bench.machine import one_bench_at_a_time
+from loaderx_bench.memory import PSS_FIELDS
+from loaderx_bench.report import finish_results, fmt_num, start_results, table
+from loaderx_bench.servers import Nginx
+from loaderx_bench.workers import emit, run_backend
+
+BATCH = 256
+CHUNK = 1 << 20
+OPTIONS = {"allow_http": "true"}
+CACHE_BYTES = 64 << 30
+
+
+def values(ids: np.ndarray) -> np.ndarray:
+    ids = ids.astype(np.int64)
+    return np.stack([ids, 3 * ids + 1], axis=1)
+
+
+def write_store(path: Path, n: int) -> None:
+    from loaderx.zrecord import Dense
+
+    with Dense.create(path, np.int64, (2,), codec="raw") as w:
+        for start in range(0, n, CHUNK):
+            w.append(values(np.arange(start, min(start + CHUNK, n))))
+
+
+def memory_kib() -> dict[str, int]:
+    """This process's RSS and PSS (KiB), from /proc/self/smaps_rollup."""
+    got = {}
+    for line in Path("/proc/self/smaps_rollup").read_text().splitlines():
+        name, _, rest = line.partition(":")
+        if name in ("Rss", "Pss") or name in PSS_FIELDS:
+            got[name] = int(rest.split()[0])
+    return got
+
+
+# -- workers -----------------------------------------------------------------------
+
+
+def _open(source: str, cache: str | None):
+    from loaderx.zrecord import Cache, Dense
+
+    if "://" not in source:
+        return Dense.open(source)
+    return Dense.open(
+        source,
+        storage_options=OPTIONS,
+        cache=None if cache is None else Cache(cache, max_bytes=CACHE_BYTES),
+    )
+
+
+def worker(what: str, source: str, cache: str | None, steps: int) -> None:
+    from loaderx.dataloader import Loader
+    from loaderx.sampler import WindowedSampler
+
+    started = time.perf_counter()
+    reader = _open(source, cache)
+    opened = time.perf_counter() - started
+    if what == "open":
+        emit({"status": "ok", "open_s": opened, "fetched": reader.traffic().fetched})
+        return
+    if what == "first":
+        ids = WindowedSampler(reader, BATCH, seed=1).next()
+        got = np.from_dlpack(reader[ids])
+        first = time.perf_counter() - started
+        if not np.array_equal(got, values(ids)):
+            raise AssertionError("the first batch differs from the records' values")
+        emit({"status": "ok", "open_s": opened, "first_s": first})
+        return
+    check = WindowedSampler(reader, BATCH, seed=1)
+    loader = Loader({"x": [reader]}, WindowedSampler(reader, BATCH, seed=1))
+    with loader:
+        it = iter(loader)
+        t = time.perf_counter()
+        for _ in range(steps):
+            got = np.from_dlpack(next(it)[0]["x"])
+            if not np.array_equal(got, values(check.next())):
+                raise AssertionError("a batch differs from the records' values")
+        elapsed = time.perf_counter() - t
+        mem = memory_kib()
+    fetched, from_cache = reader.traffic()
+    emit(
+        {
+            "status": "ok",
+            "records_s": steps * BATCH / elapsed,
+            "pass_s": elapsed,
+            "fetched": fetched,
+            "from_cache": from_cache,
+            **{f"{k.lower()}_kib": v for k, v in mem.items()},
+        }
+    )
+
+
+# -- driver ------------------------------------------------------------------------
+
+
+def run(what: str, source: str, cache: Path | None = None, steps: int = 0) -> dict:
+    argv = ["-m", __spec__.name, "--worker", what, source, str(cache or "-"), str(steps)]
+    got = run_backend(sys.executable, argv, None, 3600.0)
+    if got.get("status") != "ok":
+        raise RuntimeError(f"{what} {source}: {got.get('status')}: {got.get('reason')}")
+    return got
+
+
+def measure(n: int, work: Path, latencies: list[float], args) -> list[dict]:
+    root = work / f"served-{n}"
+    store = root / "s"
+    t = time.perf_counter()
+    write_store(store, n)
+    size = sum(p.stat().st_size for p in store.iterdir())
+    full = n <= args.full_pass
+    steps = -(-n // BATCH) if full else args.steps
+    share = min(1.0, steps * BATCH / n)
+    print(
+        f"\n{n:,} records: {size / 2**20:.1f} MiB written in {time.perf_counter() - t:.0f} s; "
+        f"passes of {steps} steps ({'a whole pass' if full else f'{share:.2%} of a pass'})",
+        flush=True,
+    )
+    rows = [{"label": "local store", **run("pass", str(store), None, steps)}]
+    for ms in latencies:
+        with Nginx(root, workers=2, delay_ms=ms) as server:
+            url = f"{server.url}/s"
+            server.reset_counts()
+            row = {"label": f"nginx + {ms:g} ms", **run("open", url)}
+            row.update(open_requests=server.counts()["requests"])
+            row.update(open_bytes=server.counts()["body_bytes"])
+            row.update(first_s=run("first", url)["first_s"])
+            cache = work / f"cache-{n}-{ms:g}"
+            server.reset_counts()
+            cold = run("pass", url, cache, steps)
+            served = server.counts()
+            server.reset_counts()
+            warm = run("pass", url, cache, steps)
+            shutil.rmtree(cache, ignore_errors=True)
+        row.update(cold=cold, warm=warm, served=served, size=size, share=share)
+        rows.append(row)
+        print(f"  {row['label']}: done", file=sys.stderr, flush=True)
+    shutil.rmtree(root, ignore_errors=True)
+    return rows
+
+
+def render(rows: list[dict]) -> str:
+    local = rows[0]["records_s"]
+    headers = ["source", "open s", "open requests", "open KiB", "first batch s"]
+    headers += ["cold records/s", "fetched / read share", "requests/s", "RSS MiB", "PSS MiB"]
+    headers += ["warm records/s", "warm vs local"]
+    lines = [["local store", *[""] * 9, f"{local:.0f}", "1.00x"]]
+    for r in rows[1:]:
+        cold, warm, served = r["cold"], r["warm"], r["served"]
+        lines.append(
+            [
+                r["label"],
+                f"{r['open_s']:.3f}",
+                str(r["open_requests"]),
+                fmt_num(r["open_bytes"] / 1024),
+                f"{r['first_s']:.3f}",
+                f"{cold['records_s']:.0f}",
+                f"{served['body_bytes'] / (r['size'] * r['share']):.2f}",
+                f"{served['requests'] / cold['pass_s']:.0f}",
+                fmt_num(cold["rss_kib"] / 1024),
+                fmt_num(cold["pss_kib"] / 1024),
+                f"{warm['records_s']:.0f}",
+                f"{warm['records_s'] / local:.2f}x",
+            ]
+        )
+    return table(headers, lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", default="1000000,100000000", help="record counts")
+    ap.add_argument("--latencies", default="0,50", help="ms nginx waits before each answer")
+    ap.add_argument("--full-pass", type=int, default=10_000_000, help="whole passes up to this")
+    ap.add_argument("--steps", type=int, default=2000, help="steps of a pass of larger stores")
+    ap.add_argument("--dir", help="where the stores go (default: a new temporary folder)")
+    ap.add_argument("--json", help="also write the results to this JSON file")
+    ap.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        what, source, cache, steps = args.worker
+        worker(what, source, None if cache == "-" else cache, int(steps))
+        return 0
+    counts = [int(x) for x in args.records.split(",")]
+    latencies = [float(x) for x in args.latencies.split(",")]
+    results = start_results("bench_at_scale", latencies_ms=latencies, records=counts)
+    started = time.perf_counter()
+    print("Dense int64 (2,) raw records; Loader defaults; WindowedSampler, batch 256, seed 1")
+    with one_bench_at_a_time():
+        work = Path(tempfile.mkdtemp(prefix="loaderx-at-scale-", dir=args.dir))
+        try:
+            for n in counts:
+                rows = measure(n, work, latencies, args)
+                results["workloads"][str(n)] = rows
+                print(f"\n{n:,} records:\n{render(rows)}")
+                by = {r["label"]: r for r in rows}
+                slow, fast = by.get("nginx + 50 ms"), by.get("nginx + 0 ms")
+                if slow and fast:
+                    ratio = slow["cold"]["records_s"] / fast["cold"]["records_s"]
+                    print(f"cold pass: 50 ms at {ratio:.0%} of the 0 ms rate", flush=True)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    finish_results(results, started, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
