@@ -11,11 +11,13 @@
 //! forked child, which inherits the queue but not the thread.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::source::{Begun, Records};
+use crate::threads::spin_until;
 
 /// The work of one gather: resolves, allocates and fills its output.
 pub type Work = Box<dyn FnOnce() -> Result<Records> + Send>;
@@ -36,12 +38,30 @@ enum State {
 struct Slot {
     state: Mutex<State>,
     changed: Condvar,
+    /// Set once the state is no longer queued or running: what a waiter spins
+    /// on before it parks.
+    settled: AtomicBool,
 }
 
-/// The background thread's queue of gathers, oldest first.
+impl Slot {
+    fn settle(&self, state: &mut State, to: State) {
+        *state = to;
+        self.settled.store(true, Ordering::Release);
+        self.changed.notify_all();
+    }
+}
+
+/// The background thread's queue of gathers, oldest first. Each side spins a
+/// little before it parks (the thread for the next gather, a caller for its
+/// gather's end), and a gather begun wakes the thread only when it parked: on
+/// a virtual machine, waking a parked thread costs more than a small gather.
 struct Queue {
     slots: Mutex<VecDeque<Arc<Slot>>>,
     added: Condvar,
+    /// Gathers in `slots`, readable without the lock.
+    queued: AtomicUsize,
+    /// Whether the thread waits on `added`; changed under the `slots` lock.
+    parked: AtomicBool,
 }
 
 static QUEUE: Mutex<Option<(u32, Arc<Queue>)>> = Mutex::new(None);
@@ -67,6 +87,8 @@ fn queue() -> Result<Arc<Queue>> {
     let queue = Arc::new(Queue {
         slots: Mutex::new(VecDeque::new()),
         added: Condvar::new(),
+        queued: AtomicUsize::new(0),
+        parked: AtomicBool::new(false),
     });
     let q = queue.clone();
     std::thread::Builder::new()
@@ -79,13 +101,19 @@ fn queue() -> Result<Arc<Queue>> {
 
 fn run(queue: &Queue) {
     loop {
+        if queue.queued.load(Ordering::Acquire) == 0 {
+            spin_until(|| queue.queued.load(Ordering::Acquire) != 0);
+        }
         let slot = {
             let mut slots = lock(&queue.slots);
             loop {
                 if let Some(s) = slots.pop_front() {
+                    queue.queued.fetch_sub(1, Ordering::AcqRel);
                     break s;
                 }
+                queue.parked.store(true, Ordering::Release);
                 slots = queue.added.wait(slots).unwrap_or_else(|e| e.into_inner());
+                queue.parked.store(false, Ordering::Release);
             }
         };
         let work = {
@@ -105,8 +133,7 @@ fn run(queue: &Queue) {
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work))
             .unwrap_or_else(|_| Err(Error::internal("a background gather panicked")));
         let took = start.elapsed();
-        *lock(&slot.state) = State::Done(result, took);
-        slot.changed.notify_all();
+        slot.settle(&mut lock(&slot.state), State::Done(result, took));
     }
 }
 
@@ -115,10 +142,16 @@ pub fn begin(len: usize, work: Work) -> Result<Box<dyn Begun>> {
     let slot = Arc::new(Slot {
         state: Mutex::new(State::Queued(work)),
         changed: Condvar::new(),
+        settled: AtomicBool::new(false),
     });
     let queue = queue()?;
-    lock(&queue.slots).push_back(slot.clone());
-    queue.added.notify_one();
+    let mut slots = lock(&queue.slots);
+    slots.push_back(slot.clone());
+    queue.queued.fetch_add(1, Ordering::AcqRel);
+    if queue.parked.load(Ordering::Acquire) {
+        queue.added.notify_one();
+    }
+    drop(slots);
     Ok(Box::new(Ahead {
         len,
         slot,
@@ -156,13 +189,12 @@ impl Begun for Ahead {
         }
         let mut state = lock(&self.slot.state);
         if matches!(*state, State::Queued(_)) {
-            *state = State::Cancelled;
-            self.slot.changed.notify_all();
+            self.slot.settle(&mut state, State::Cancelled);
         }
     }
 
     fn is_ready(&self) -> bool {
-        self.forked() || !matches!(*lock(&self.slot.state), State::Queued(_) | State::Running)
+        self.forked() || self.slot.settled.load(Ordering::Acquire)
     }
 
     fn work_time(&self) -> Option<Duration> {
@@ -182,6 +214,10 @@ impl Begun for Ahead {
                 self.pid,
                 std::process::id()
             )));
+        }
+        let settled = || self.slot.settled.load(Ordering::Acquire);
+        if !settled() {
+            spin_until(settled);
         }
         let mut state = lock(&self.slot.state);
         while matches!(*state, State::Queued(_) | State::Running) {

@@ -21,6 +21,31 @@ use zrecord::{Error, Parallel, Result};
 /// How long an idle helper keeps looking for the next job before it parks.
 const SPIN: Duration = Duration::from_micros(50);
 
+/// Spins until `ready()` holds or [`SPIN`] has passed, and says whether it
+/// holds: a thread about to park looks a little longer first, since waking a
+/// parked thread costs more than a small job.
+pub(crate) fn spin_until(ready: impl Fn() -> bool) -> bool {
+    let start = Instant::now();
+    let mut spins = 0u32;
+    loop {
+        if ready() {
+            return true;
+        }
+        spins = spins.wrapping_add(1);
+        if spins % 64 == 0 {
+            if start.elapsed() >= SPIN {
+                return false;
+            }
+            // Lets a thread waiting for this core run: with more threads than
+            // cores, one that spins without yielding delays the very work it
+            // waits for.
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
 /// Threads that work on one call, the caller included; 0 until first asked.
 static THREAD_COUNT: AtomicUsize = AtomicUsize::new(0);
 
@@ -197,21 +222,13 @@ fn helper(shared: &Shared, index: usize) {
             }
             seen = shared.generation.load(Ordering::Acquire);
         }
-        let start = Instant::now();
-        let mut spins = 0u32;
-        while shared.generation.load(Ordering::Acquire) == seen {
-            spins = spins.wrapping_add(1);
-            if spins % 64 != 0 || start.elapsed() < SPIN {
-                std::hint::spin_loop();
-                continue;
-            }
+        if !spin_until(|| shared.generation.load(Ordering::Acquire) != seen) {
             let mut slot = lock(&shared.slot);
             shared.parked.fetch_add(1, Ordering::SeqCst);
             while shared.generation.load(Ordering::Acquire) == seen {
                 slot = shared.wake.wait(slot).unwrap_or_else(|e| e.into_inner());
             }
             shared.parked.fetch_sub(1, Ordering::SeqCst);
-            break;
         }
         seen = shared.generation.load(Ordering::Acquire);
         let joined = {
