@@ -8,11 +8,13 @@ geometry; the output says which):
 * images: Dense uint8 (3, 224, 224) records, batch 64;
 * tokens: Ragged int32 token sequences, batch 256.
 
-The stores are served by ``tests/support/remote_servers.py``: its HTTP server with byte
-ranges, in a process of its own, and in front of it, for each latency, its proxy
-(also a process of its own) sleeping that long before forwarding each request. So
-every request costs one added round trip, as against an object store some
-distance away; the loopback interface itself is never changed.
+The stores are served by nginx (``loaderx_bench.servers``), which answers byte
+ranges from the files with sendfile and so is not the ceiling; for each latency a
+fresh nginx waits that long before answering each request (its echo module's
+timer). So every request costs one added round trip, as against an object store
+some distance away; the loopback interface itself is never changed. With
+``--s3``, the stores are also uploaded to s3s-fs (an S3 server in Rust) and read
+through an nginx in front of it that adds the same wait.
 
 Each measurement runs in a fresh process: it opens the store (local path, or URL),
 draws IID batches from a seeded Sampler, and reads them through a Loader
@@ -29,7 +31,7 @@ Before the loaders, the remote reader is checked directly: random batches read
 through the server (no cache, a cold cache, then that cache warm) must equal the
 local store's records.
 
-The tables give records/s, the ratio to the local store, and what the proxy
+The tables give records/s, the ratio to the local store, and what nginx
 counted: requests and response-body bytes per record read (fetch amplification:
 a record costs its own bytes, or a whole cache block).
 
@@ -42,7 +44,6 @@ import argparse
 import inspect
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -53,16 +54,16 @@ import numpy as np
 
 from loaderx_bench.loader import build_stores, dense_source, ragged_source
 from loaderx_bench.machine import one_bench_at_a_time
-from loaderx_bench.paths import REPO
 from loaderx_bench.report import finish_results, fmt_num, start_results, table, write_results
+from loaderx_bench.servers import Nginx, S3sFs
 from loaderx_bench.workers import emit, run_backend
 
-SERVERS = REPO / "tests" / "support" / "remote_servers.py"
 BATCH = {"dense": 64, "ragged": 256}
 # object_store's HTTP store refuses plain http:// unless allowed.
 HTTP_OPTIONS = {"allow_http": "true"}
 # Larger than any store this builds, so the warm run finds every block the cold one fetched.
 CACHE_BYTES = 8 << 30
+BUCKET = "bench"
 
 
 def remote_support() -> str | None:
@@ -114,49 +115,7 @@ def same(kind: str, got, want) -> bool:
     )
 
 
-# -- servers (each in a process of its own) ----------------------------------------
-
-
-class Served:
-    """``tests/support/remote_servers.py`` run as a child process: ``serve DIR``, ``proxy URL
-    --latency-ms X`` or ``s3 DIR``. ``info`` is what it printed on starting (its
-    ``url``, and more for ``s3``); ``close()`` stops it and returns what it counted."""
-
-    def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(SERVERS), *args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            self.proc.wait()
-            raise RuntimeError(
-                f"{SERVERS.name} {' '.join(args)} exited with {self.proc.returncode}"
-            )
-        self.info: dict = json.loads(line)
-        self.url: str = self.info["url"]
-
-    def cpu_seconds(self) -> float:
-        """User plus system CPU time the process and its children (moto's server
-        runs in one) have used so far."""
-        return _tree_cpu(self.proc.pid)
-
-    def close(self) -> dict[str, int]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.close()
-        counts = json.loads(self.proc.stdout.readline() or "{}")
-        self.proc.wait(30)
-        return counts
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc.poll() is None:
-            self.close()
+# -- servers' CPU time ------------------------------------------------------------
 
 
 def _tree_cpu(pid: int) -> float:
@@ -282,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--s3",
         action="store_true",
-        help="also read from moto's S3 server (slow: it copies the whole object per ranged GET)",
+        help="also read the stores uploaded to s3s-fs, behind nginx with the same latencies",
     )
     for hidden in ("--kind", "--source", "--local", "--cache", "--options"):
         ap.add_argument(hidden, help=argparse.SUPPRESS)
@@ -320,24 +279,32 @@ def main(argv: list[str] | None = None) -> int:
         notes = {"dense": f"uint8 (3, 224, 224) images, {dense_note}", "ragged": tok_note}
         print(f"dense: {notes['dense']}; ragged: {notes['ragged']}")
         print(f"Loader workers={args.workers}, prefetch={args.prefetch}; storage options {extra}")
-        s3 = Served("s3", str(work / "stores")) if args.s3 else None
-        with Served("serve", str(work / "stores")) as server:
+        s3 = None
+        if args.s3:
+            (work / "s3" / BUCKET).mkdir(parents=True)
+            s3 = S3sFs(work / "s3")
+            s3.start()
+            for kind in ("dense", "ragged"):
+                upload(str(work / "stores" / kind), f"s3://{BUCKET}/{kind}", s3.storage_options())
+        with Nginx(work / "stores") as server:
             print("\nthe remote reader against the local store:")
             for kind in ("dense", "ragged"):
                 cache = work / f"verify-cache-{kind}"
                 local = str(work / "stores" / kind)
                 url = f"{server.url}/{kind}"
                 print(" ", verify(kind, url, local, cache, 3, {**HTTP_OPTIONS, **extra}))
+        try:
             for kind in ("dense", "ragged"):
-                rows = measure(kind, work, server, s3, latencies, steps[kind], args, extra)
+                rows = measure(kind, work, s3, latencies, steps[kind], args, extra)
                 title = f"{kind}: {steps[kind]} timed batches of {BATCH[kind]}; {notes[kind]}"
                 results["workloads"][kind] = {"info": {"title": title}, "rows": rows}
                 print(f"\n{title}")
                 print(render(rows), flush=True)
                 if args.json:
                     write_results(args.json, results)
-        if s3 is not None:
-            s3.close()
+        finally:
+            if s3 is not None:
+                s3.stop()
         dense_rows = {r["label"]: r for r in results["workloads"]["dense"]["rows"]}
         if 0.0 in latencies and 50.0 in latencies:
             for state in ("no cache", "cold", "warm"):
@@ -351,27 +318,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def upload(local: str, url: str, options: dict[str, str]) -> None:
+    from loaderx.zrecord import upload as put
+
+    put(local, url, storage_options=options)
+
+
 def measure(
     kind: str,
     work: Path,
-    server: Served,
-    s3: Served | None,
+    s3: S3sFs | None,
     latencies,
     steps: int,
     args,
     extra: dict[str, str],
 ) -> list[dict]:
     """The local row; per latency the three cache states over HTTP; then, with
-    ``s3``, moto's server without a cache at the lowest and highest latency. Each
-    runs in a fresh process behind a fresh proxy, so that its counts are its own."""
+    ``s3``, s3s-fs without a cache and warm at each latency. Each runs in a fresh
+    process behind a fresh nginx, so that its counts are its own."""
     local = str(work / "stores" / kind)
     common = ["--kind", kind, "--local", local]
     common += ["--workers", str(args.workers), "--prefetch", str(args.prefetch)]
     budget = 600.0
 
-    def run(
-        source: str, cache: Path | None = None, options: dict | None = None, steps: int = steps
-    ) -> dict:
+    def run(source: str, cache: Path | None = None, options: dict | None = None) -> dict:
         argv = ["-m", __spec__.name, "--worker", "--source", source, *common]
         argv += ["--steps", str(steps)]
         if cache is not None:
@@ -382,16 +352,19 @@ def measure(
         r.setdefault("status", "ok")
         return r
 
-    def behind_proxy(label: str, upstream: Served, ms: float, go: Callable[[str], dict]) -> dict:
-        """``go(proxy_url)`` with a fresh proxy adding ``ms`` in front of ``upstream``;
-        records the CPU time the proxy and the upstream used meanwhile."""
-        with Served("proxy", upstream.url, "--latency-ms", str(ms)) as proxy:
-            before = proxy.cpu_seconds() + upstream.cpu_seconds()
-            row = {"label": label, **go(proxy.url)}
-            row["server_cpu_s"] = proxy.cpu_seconds() + upstream.cpu_seconds() - before
-            counts = proxy.close()
-        row["requests"] = counts.get("requests", 0)
-        row["fetched"] = counts.get("body_bytes", 0)
+    def served(label: str, ms: float, go: Callable[[str], dict], upstream: S3sFs | None) -> dict:
+        """``go(url)`` against a fresh nginx waiting ``ms`` before each answer, serving
+        the stores (or forwarding to ``upstream``); records the CPU time nginx (and
+        the upstream) used meanwhile and what nginx served."""
+        root = work / "stores"
+        with Nginx(root, delay_ms=ms, upstream=upstream.url if upstream else None) as ng:
+            pids = [p for p in (ng.pid(), upstream.pid() if upstream else None) if p]
+            before = sum(_tree_cpu(p) for p in pids)
+            row = {"label": label, **go(ng.url)}
+            row["server_cpu_s"] = sum(_tree_cpu(p) for p in pids) - before
+            counts = ng.counts()
+        row["requests"] = counts["requests"]
+        row["fetched"] = counts["body_bytes"]
         return row
 
     rows = [{"label": "local store", **run(local)}]
@@ -399,26 +372,21 @@ def measure(
         cache = work / f"cache-{kind}-{ms:g}"
         for state, cache_dir in (("no cache", None), ("cold", cache), ("warm", cache)):
             label = f"http + {ms:g} ms, {state}"
-            rows.append(
-                behind_proxy(
-                    label,
-                    server,
-                    ms,
-                    go=lambda url, c=cache_dir: run(f"{url}/{kind}", c, HTTP_OPTIONS),
-                )
-            )
+
+            def go_http(url: str, c: Path | None = cache_dir) -> dict:
+                return run(f"{url}/{kind}", c, HTTP_OPTIONS)
+
+            rows.append(served(label, ms, go_http, None))
     if s3 is not None:
-        bucket = s3.info["bucket"]
-        # moto's GET copies the whole object, whatever the range: far fewer steps.
-        few = max(2, steps // 10)
-        for ms in sorted({min(latencies), max(latencies)}):
+        for ms in latencies:
+            cache = work / f"s3-cache-{kind}-{ms:g}"
+            for state, cache_dir in (("no cache", None), ("cold", cache), ("warm", cache)):
 
-            def go(url: str) -> dict:
-                options = {**s3.info["storage_options"], "aws_endpoint": url}
-                return run(f"s3://{bucket}/{kind}", None, options, steps=few)
+                def go(url: str, c: Path | None = cache_dir) -> dict:
+                    options = {**s3.storage_options(), "aws_endpoint": url}
+                    return run(f"s3://{BUCKET}/{kind}", c, options)
 
-            label = f"s3 (moto) + {ms:g} ms, no cache, {few} batches"
-            rows.append(behind_proxy(label, s3, ms, go=go))
+                rows.append(served(f"s3 (s3s-fs) + {ms:g} ms, {state}", ms, go, s3))
     base = rows[0]
     for r in rows:
         if r["status"] == "ok" and base["status"] == "ok":
@@ -429,10 +397,10 @@ def measure(
 def render(rows: list[dict]) -> str:
     """records/s over the timed steps; "read MiB" is the record values the run took
     (first batch, warm-up, timed steps); "fetched MiB" and "requests" are what the
-    proxy sent for the whole run: opening, those batches, and the batches the
+    nginx sent for the whole run: opening, those batches, and the batches the
     Loader had claimed ahead when the run stopped. "reader CPU" is the measuring
     process's CPU time over its run's wall time (100% is one core), "server CPU" the
-    same for the proxy and the server behind it over the same span."""
+    same for nginx (and s3s-fs behind it) over the same span."""
     headers = ["source", "records/s", "vs local", "open s", "read MiB", "fetched MiB"]
     headers += ["requests", "reader CPU", "server CPU"]
     lines = []

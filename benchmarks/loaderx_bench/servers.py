@@ -143,7 +143,10 @@ class Nginx(_Process):
     requests and response body bytes it has logged since ``reset_counts()``.
 
     ``delay_ms`` makes nginx wait that long before answering each request (with
-    the echo module's timer), a round trip's latency without netem or a proxy."""
+    the echo module's timer), a round trip's latency without netem or a proxy.
+    With ``upstream`` (a base URL, such as an ``S3sFs``'s) nginx forwards every
+    request there instead of serving ``root``, the Host header unchanged (so S3
+    signatures stay valid): a delay in front of a server that has none."""
 
     def __init__(
         self,
@@ -151,8 +154,10 @@ class Nginx(_Process):
         workers: int = 1,
         netns: Namespace | None = None,
         delay_ms: float = 0.0,
+        upstream: str | None = None,
     ) -> None:
         self.binary = _binary("nginx", "apt-get install -y nginx")
+        self.upstream = upstream
         if delay_ms > 0 and not ECHO_MODULE.exists():
             raise ServerMissing(
                 f"nginx's echo module ({ECHO_MODULE}) is not installed, so nginx cannot "
@@ -172,13 +177,19 @@ class Nginx(_Process):
         # Run as the caller: the default user (nobody) may not read a private
         # temporary directory, and as root nginx would otherwise switch to it.
         user = "user root root;" if os.geteuid() == 0 else ""
-        module, location = "", "location / { limit_except GET { deny all; } }"
+        serve = "limit_except GET { deny all; }"
+        if self.upstream is not None:
+            serve = (
+                f"proxy_pass {self.upstream}; proxy_set_header Host $http_host; "
+                'proxy_http_version 1.1; proxy_set_header Connection ""; '
+                "proxy_request_buffering off; proxy_buffering off;"
+            )
+        module, location = "", f"location / {{ {serve} }}"
         if self.delay_ms > 0:
             module = f"load_module {ECHO_MODULE};"
             location = (
-                f"location / {{ limit_except GET {{ deny all; }} "
-                f"echo_sleep {self.delay_ms / 1000:.3f}; echo_exec @file; }}\n"
-                "        location @file { }"
+                f"location / {{ echo_sleep {self.delay_ms / 1000:.3f}; echo_exec @file; }}\n"
+                f"        location @file {{ {serve} }}"
             )
         conf.write_text(
             f"""{user}
@@ -198,6 +209,7 @@ http {{
     fastcgi_temp_path {temp}/fastcgi;
     uwsgi_temp_path {temp}/uwsgi;
     scgi_temp_path {temp}/scgi;
+    client_max_body_size 0;
     sendfile on;
     tcp_nopush on;
     keepalive_requests 100000;
