@@ -19,7 +19,9 @@ and read in fresh processes:
   against the same steps from the local store.
 
 Every batch of every pass is checked against the records' values. The rate at 50
-ms against 0 ms is printed per record count.
+ms against 0 ms is printed per record count. With ``--s3`` the store is also
+uploaded to s3s-fs and read through an nginx in front of it that adds the same
+wait.
 
 Usage: python scripts/bench_at_scale.py [--records 1000000,100000000] [--latencies 0,50]
 """
@@ -27,6 +29,7 @@ Usage: python scripts/bench_at_scale.py [--records 1000000,100000000] [--latenci
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tempfile
@@ -38,7 +41,7 @@ import numpy as np
 from loaderx_bench.machine import one_bench_at_a_time
 from loaderx_bench.memory import PSS_FIELDS
 from loaderx_bench.report import finish_results, fmt_num, start_results, table
-from loaderx_bench.servers import Nginx
+from loaderx_bench.servers import Nginx, S3sFs
 from loaderx_bench.workers import emit, run_backend
 
 BATCH = 256
@@ -73,24 +76,24 @@ def memory_kib() -> dict[str, int]:
 # -- workers -----------------------------------------------------------------------
 
 
-def _open(source: str, cache: str | None):
+def _open(source: str, cache: str | None, options: dict[str, str]):
     from loaderx.zrecord import Cache, Dense
 
     if "://" not in source:
         return Dense.open(source)
     return Dense.open(
         source,
-        storage_options=OPTIONS,
+        storage_options=options,
         cache=None if cache is None else Cache(cache, max_bytes=CACHE_BYTES),
     )
 
 
-def worker(what: str, source: str, cache: str | None, steps: int) -> None:
+def worker(what: str, source: str, cache: str | None, steps: int, options: dict) -> None:
     from loaderx.dataloader import Loader
     from loaderx.sampler import WindowedSampler
 
     started = time.perf_counter()
-    reader = _open(source, cache)
+    reader = _open(source, cache, options)
     opened = time.perf_counter() - started
     if what == "open":
         emit({"status": "ok", "open_s": opened, "fetched": reader.traffic().fetched})
@@ -130,8 +133,11 @@ def worker(what: str, source: str, cache: str | None, steps: int) -> None:
 # -- driver ------------------------------------------------------------------------
 
 
-def run(what: str, source: str, cache: Path | None = None, steps: int = 0) -> dict:
+def run(
+    what: str, source: str, cache: Path | None = None, steps: int = 0, options: dict | None = None
+) -> dict:
     argv = ["-m", __spec__.name, "--worker", what, source, str(cache or "-"), str(steps)]
+    argv.append(json.dumps(options or OPTIONS))
     got = run_backend(sys.executable, argv, None, 3600.0)
     if got.get("status") != "ok":
         raise RuntimeError(f"{what} {source}: {got.get('status')}: {got.get('reason')}")
@@ -153,26 +159,51 @@ def measure(n: int, work: Path, latencies: list[float], args) -> list[dict]:
         flush=True,
     )
     rows = [{"label": "local store", **run("pass", str(store), None, steps)}]
-    for ms in latencies:
-        with Nginx(root, workers=2, delay_ms=ms) as server:
-            url = f"{server.url}/s"
-            server.reset_counts()
-            row = {"label": f"nginx + {ms:g} ms", **run("open", url)}
-            row.update(open_requests=server.counts()["requests"])
-            row.update(open_bytes=server.counts()["body_bytes"])
-            row.update(first_s=run("first", url)["first_s"])
-            cache = work / f"cache-{n}-{ms:g}"
-            server.reset_counts()
-            cold = run("pass", url, cache, steps)
-            served = server.counts()
-            server.reset_counts()
-            warm = run("pass", url, cache, steps)
-            shutil.rmtree(cache, ignore_errors=True)
-        row.update(cold=cold, warm=warm, served=served, size=size, share=share)
-        rows.append(row)
-        print(f"  {row['label']}: done", file=sys.stderr, flush=True)
-    shutil.rmtree(root, ignore_errors=True)
+    s3 = None
+    if args.s3:
+        (work / "s3" / "bench").mkdir(parents=True, exist_ok=True)
+        s3 = S3sFs(work / "s3")
+        s3.start()
+    try:
+        if s3 is not None:
+            from loaderx.zrecord import upload
+
+            upload(store, f"s3://bench/s{n}", storage_options=s3.storage_options())
+        servers = [("nginx", None)] + ([("s3s-fs behind nginx", s3)] if s3 else [])
+        for name, upstream in servers:
+            for ms in latencies:
+                up = upstream.url if upstream else None
+                with Nginx(root, workers=2, delay_ms=ms, upstream=up) as server:
+                    if upstream is None:
+                        url, options = f"{server.url}/s", OPTIONS
+                    else:
+                        url = f"s3://bench/s{n}"
+                        options = {**upstream.storage_options(), "aws_endpoint": server.url}
+                    row = measure_one(f"{name} + {ms:g} ms", server, url, options, steps)
+                    row.update(size=size, share=share)
+                rows.append(row)
+                print(f"  {row['label']}: done", file=sys.stderr, flush=True)
+    finally:
+        if s3 is not None:
+            s3.stop()
+        shutil.rmtree(work / "s3", ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
     return rows
+
+
+def measure_one(label: str, server: Nginx, url: str, options: dict, steps: int) -> dict:
+    """Open, first batch, and a cold then a warm pass of `url` through `server`."""
+    server.reset_counts()
+    row = {"label": label, **run("open", url, options=options)}
+    row.update(open_requests=server.counts()["requests"])
+    row.update(open_bytes=server.counts()["body_bytes"])
+    row.update(first_s=run("first", url, options=options)["first_s"])
+    with tempfile.TemporaryDirectory(prefix="loaderx-at-scale-cache-") as cache:
+        server.reset_counts()
+        row["cold"] = run("pass", url, Path(cache), steps, options)
+        row["served"] = server.counts()
+        row["warm"] = run("pass", url, Path(cache), steps, options)
+    return row
 
 
 def render(rows: list[dict]) -> str:
@@ -210,11 +241,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=2000, help="steps of a pass of larger stores")
     ap.add_argument("--dir", help="where the stores go (default: a new temporary folder)")
     ap.add_argument("--json", help="also write the results to this JSON file")
-    ap.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
+    ap.add_argument("--s3", action="store_true", help="also s3s-fs, behind nginx")
+    ap.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
-        what, source, cache, steps = args.worker
-        worker(what, source, None if cache == "-" else cache, int(steps))
+        what, source, cache, steps, options = args.worker
+        worker(what, source, None if cache == "-" else cache, int(steps), json.loads(options))
         return 0
     counts = [int(x) for x in args.records.split(",")]
     latencies = [float(x) for x in args.latencies.split(",")]
@@ -229,10 +261,11 @@ def main(argv: list[str] | None = None) -> int:
                 results["workloads"][str(n)] = rows
                 print(f"\n{n:,} records:\n{render(rows)}")
                 by = {r["label"]: r for r in rows}
-                slow, fast = by.get("nginx + 50 ms"), by.get("nginx + 0 ms")
-                if slow and fast:
-                    ratio = slow["cold"]["records_s"] / fast["cold"]["records_s"]
-                    print(f"cold pass: 50 ms at {ratio:.0%} of the 0 ms rate", flush=True)
+                for name in ("nginx", "s3s-fs behind nginx"):
+                    slow, fast = by.get(f"{name} + 50 ms"), by.get(f"{name} + 0 ms")
+                    if slow and fast:
+                        ratio = slow["cold"]["records_s"] / fast["cold"]["records_s"]
+                        print(f"{name}, cold pass: 50 ms at {ratio:.0%} of the 0 ms rate")
         finally:
             shutil.rmtree(work, ignore_errors=True)
     finish_results(results, started, args.json)
