@@ -17,7 +17,16 @@ gather p50 from ``loader.stats()``; then what collecting the statistics costs pe
 step (the recording calls one step makes, replayed 200,000 times) as a share of
 each Loader's measured step time.
 
+With ``--builds REV...`` the same Loader rates are measured for each git revision
+side by side (before and after a change to the hand-off): every revision is built
+once into its own venv by ``loaderx_bench.builds.build`` (``--cache``, default
+``data/builds/``), the stores are written once by this process, and every build
+opens them in a process of its own per round, builds alternating, checking its
+first batch of each configuration against its bare gather before timing. Printed:
+one table per build, as above, without the statistics' cost.
+
 Usage: PYTHONPATH=benchmarks python scripts/bench_handoff.py [--seconds S] [--rounds R]
+       PYTHONPATH=benchmarks python scripts/bench_handoff.py --builds 7a5fa20 HEAD
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ import numpy as np
 from loaderx_bench.machine import load_average, machine, one_bench_at_a_time
 from loaderx_bench.paths import DATA
 from loaderx_bench.report import table
+from loaderx_bench.workers import emit, run_backend
 
 WORKERS = (0, 1, 2)
 REPLAYS = 200_000
@@ -49,7 +59,7 @@ def _tokens() -> tuple[np.ndarray, np.ndarray, str]:
     return (rng.integers(0, 50257, offsets[-1]).astype(np.int32), offsets, "synthetic")
 
 
-def build(work: Path) -> list[tuple[str, object, int, str]]:
+def make_stores(work: Path) -> list[tuple[str, object, int, str]]:
     from loaderx.zrecord import Dense, Ragged, RaggedBatch
 
     out = []
@@ -155,41 +165,103 @@ def stats_cost(batch_value: object) -> float:
     return (time.perf_counter() - t0) / REPLAYS
 
 
+def rates(reader, batch: int, seconds: float) -> dict[str, tuple[float, float]]:
+    """One round of one workload: the bare gather's rate, then each Loader's rate
+    and gather p50."""
+    out = {"bare": (bare(reader, batch, seconds), 0.0)}
+    for w in WORKERS:
+        out[f"w{w}"] = loader_rate(reader, batch, w, seconds)
+    return out
+
+
+def row(label: str, runs: list[dict[str, tuple[float, float]]]) -> list[str]:
+    """A table row of the rounds' medians: bare, then each Loader against it."""
+    base = statistics.median(r["bare"][0] for r in runs)
+    cells = [label, f"{base:,.0f}"]
+    for w in WORKERS:
+        m = statistics.median(r[f"w{w}"][0] for r in runs)
+        g = statistics.median(r[f"w{w}"][1] for r in runs) * 1e6
+        cells.append(f"{m:,.0f} ({m / base:.2f}x, gather {g:,.0f} µs)")
+    return cells
+
+
+HEADS = ["workload", "bare gather/s"] + [f"Loader workers={w}, batches/s" for w in WORKERS]
+
+
+def worker(kind: str, path: str, batch: int, seconds: float) -> None:
+    """In a build's venv: one round of the store at `path`, checked first."""
+    from loaderx.zrecord import Dense, Ragged
+
+    reader = (Dense if kind == "dense" else Ragged).open(path)
+    check(reader, batch)
+    emit({"status": "ok", "rates": rates(reader, batch, seconds)})
+    reader.close()
+
+
+def compare_builds(revs: list[str], cache: Path, args: argparse.Namespace) -> int:
+    from loaderx.zrecord import Dense
+    from loaderx_bench.builds import build
+
+    builds = []
+    for rev in revs:
+        short, python = build(rev, cache.resolve(), False)
+        builds.append((f"{short} ({rev})", python))
+    print(f"Machine: {machine()}")
+    print(f"Builds: {', '.join(name for name, _ in builds)}")
+    print(f"Load average at start: {load_average()}")
+    with one_bench_at_a_time(), tempfile.TemporaryDirectory(prefix="loaderx-handoff-") as d:
+        workloads = []
+        for label, reader, batch, what in make_stores(Path(d)):
+            kind = "dense" if isinstance(reader, Dense) else "ragged"
+            workloads.append((label, kind, str(reader.path), batch))
+            print(f"{label}: {len(reader):,} records, batch {batch}; data: {what}")
+            reader.close()
+        runs = {(name, label): [] for name, _ in builds for label, *_ in workloads}
+        for k in range(args.rounds):
+            for label, kind, path, batch in workloads:
+                for name, python in builds:
+                    argv = ["-m", __spec__.name, "--worker", kind, path, str(batch)]
+                    got = run_backend(python, argv + [str(args.seconds)], None, 600.0)
+                    if got.get("status") != "ok":
+                        raise RuntimeError(f"{name}, {label}: {got.get('reason')}")
+                    runs[(name, label)].append({n: tuple(v) for n, v in got["rates"].items()})
+                    print(f"  round {k + 1} {label} {name}: done", flush=True)
+    for name, _ in builds:
+        print(f"\n{name}:\n")
+        print(table(HEADS, [row(label, runs[(name, label)]) for label, *_ in workloads]))
+    print(f"\nLoad average at end: {load_average()}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=1.5)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--builds", nargs="+", metavar="REV", help="git revisions side by side")
+    ap.add_argument("--cache", type=Path, default=DATA / "builds", help="the builds' folder")
+    ap.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.worker:
+        kind, path, batch = args.worker
+        worker(kind, path, int(batch), args.seconds)
+        return 0
+    if args.builds:
+        return compare_builds(args.builds, args.cache, args)
     print(f"Machine: {machine()}")
     print(f"Load average at start: {load_average()}")
     with one_bench_at_a_time(), tempfile.TemporaryDirectory(prefix="loaderx-handoff-") as d:
-        workloads = build(Path(d))
         rows, cost_rows = [], []
-        for label, reader, batch, what in workloads:
+        for label, reader, batch, what in make_stores(Path(d)):
             print(f"{label}: {len(reader):,} records, batch {batch}; data: {what}")
             check(reader, batch)
-            runs: dict[str, list[float]] = {"bare": []}
-            p50: dict[int, list[float]] = {w: [] for w in WORKERS}
-            for _ in range(args.rounds):
-                runs["bare"].append(bare(reader, batch, args.seconds))
-                for w in WORKERS:
-                    rate, g = loader_rate(reader, batch, w, args.seconds)
-                    runs.setdefault(f"w{w}", []).append(rate)
-                    p50[w].append(g)
-            base = statistics.median(runs["bare"])
-            row = [label, f"{base:,.0f}"]
-            for w in WORKERS:
-                m = statistics.median(runs[f"w{w}"])
-                g = statistics.median(p50[w]) * 1e6
-                row.append(f"{m:,.0f} ({m / base:.2f}x, gather {g:,.0f} µs)")
-            rows.append(row)
+            runs = [rates(reader, batch, args.seconds) for _ in range(args.rounds)]
+            rows.append(row(label, runs))
             cost = stats_cost(reader.gather(np.arange(batch, dtype=np.uint64)))
-            shares = [cost * statistics.median(runs[f"w{w}"]) for w in WORKERS]
+            shares = [cost * statistics.median(r[f"w{w}"][0] for r in runs) for w in WORKERS]
             cost_rows.append([label, f"{cost * 1e6:.2f}"] + [f"{s:.2%}" for s in shares])
             reader.close()
-    heads = ["workload", "bare gather/s"] + [f"Loader workers={w}, batches/s" for w in WORKERS]
     print()
-    print(table(heads, rows))
+    print(table(HEADS, rows))
     print()
     heads = ["workload", "statistics µs/step"] + [f"share of a workers={w} step" for w in WORKERS]
     print(table(heads, cost_rows))
