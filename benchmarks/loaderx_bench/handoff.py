@@ -220,8 +220,9 @@ def compare_builds(revs: list[str], cache: Path, args: argparse.Namespace) -> in
         for k in range(args.rounds):
             for label, kind, path, batch in workloads:
                 for name, python in builds:
-                    argv = ["-m", __spec__.name, "--worker", kind, path, str(batch)]
-                    got = run_backend(python, argv + [str(args.seconds)], None, 600.0)
+                    argv = ["-m", __spec__.name, "--seconds", str(args.seconds)]
+                    argv += ["--worker", kind, path, str(batch)]
+                    got = run_backend(python, argv, None, 600.0)
                     if got.get("status") != "ok":
                         raise RuntimeError(f"{name}, {label}: {got.get('reason')}")
                     runs[(name, label)].append({n: tuple(v) for n, v in got["rates"].items()})
