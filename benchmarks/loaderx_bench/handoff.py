@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -268,3 +269,7 @@ def main(argv: list[str]) -> int:
     print(table(heads, cost_rows))
     print(f"\nLoad average at end: {load_average()}")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
