@@ -191,11 +191,13 @@ HEADS = ["workload", "bare gather/s"] + [f"Loader workers={w}, batches/s" for w 
 
 def worker(kind: str, path: str, batch: int, seconds: float) -> None:
     """In a build's venv: one round of the store at `path`, checked first."""
+    import loaderx
     from loaderx.zrecord import Dense, Ragged
 
     reader = (Dense if kind == "dense" else Ragged).open(path)
     check(reader, batch)
-    emit({"status": "ok", "rates": rates(reader, batch, seconds)})
+    got = rates(reader, batch, seconds)
+    emit({"status": "ok", "rates": got, "loaderx": str(Path(loaderx.__file__).resolve())})
     reader.close()
 
 
@@ -226,6 +228,14 @@ def compare_builds(revs: list[str], cache: Path, args: argparse.Namespace) -> in
                     got = run_backend(python, argv, None, 600.0)
                     if got.get("status") != "ok":
                         raise RuntimeError(f"{name}, {label}: {got.get('reason')}")
+                    venv = python.parent.parent.resolve()
+                    if not Path(got["loaderx"]).is_relative_to(venv):
+                        # A PYTHONPATH naming a checkout's python/ would win over
+                        # the build's own install, and every build would be it.
+                        raise RuntimeError(
+                            f"{name} imported loaderx from {got['loaderx']}, not from its "
+                            f"venv {venv}; run without loaderx on PYTHONPATH"
+                        )
                     runs[(name, label)].append({n: tuple(v) for n, v in got["rates"].items()})
                     print(f"  round {k + 1} {label} {name}: done", flush=True)
     for name, _ in builds:
