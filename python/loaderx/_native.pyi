@@ -20,6 +20,7 @@ DEFAULT_DATA_SHARDS: int
 MAX_DATA_SHARDS: int
 MAX_DATA_FILES: int
 NEWEST_FORMAT_VERSION: int
+PARTS_DIR: str
 MAX_NDIM: int
 MAX_RECORD_BYTES: int
 MAX_RAGGED_ELEMENTS: int
@@ -316,6 +317,12 @@ def upload(
     options: dict[str, _OptionValue],
     overwrite: bool = False,
 ) -> None: ...
+def concat_urls(
+    root: str,
+    jobs: list[tuple[list[str], str, bytes]],
+    options: dict[str, _OptionValue],
+) -> list[int]: ...
+def remove_prefix(url: str, options: dict[str, _OptionValue]) -> int: ...
 def set_threads(n: int) -> None: ...
 def thread_count() -> int: ...
 def is_url(path: str) -> bool: ...

@@ -521,7 +521,8 @@ def test_constants_have_their_annotated_types():
     constants = stub_constants(STUB)
     assert set(constants) == {
         "DTYPES", "CODECS", "DICTIONARY_CODECS", "FORMAT_VERSION", "DEFAULT_DATA_SHARDS",
-        "MAX_DATA_SHARDS", "MAX_DATA_FILES", "NEWEST_FORMAT_VERSION", "MAX_NDIM",
+        "MAX_DATA_SHARDS", "MAX_DATA_FILES", "NEWEST_FORMAT_VERSION", "PARTS_DIR",
+        "MAX_NDIM",
         "MAX_RECORD_BYTES", "MAX_RAGGED_ELEMENTS",
         "MAX_ATTRS_BYTES", "HEADER_FILE", "INDEX_FILE", "INDEX_SUMS_FILE", "DICT_FILE",
         "ATTRS_FILE", "SIZES_STEP_RECORDS", "VERIFY_STEP_BYTES", "ZSTD_LEVEL", "ALIGN",

@@ -65,6 +65,7 @@ fn constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEFAULT_DATA_SHARDS", zrecord::DEFAULT_DATA_SHARDS)?;
     m.add("MAX_DATA_SHARDS", zrecord::MAX_DATA_SHARDS)?;
     m.add("MAX_DATA_FILES", zrecord::MAX_DATA_FILES)?;
+    m.add("PARTS_DIR", zrecord::PARTS_DIR)?;
     m.add("NEWEST_FORMAT_VERSION", zrecord::NEWEST_FORMAT_VERSION)?;
     m.add("MAX_NDIM", zrecord::MAX_NDIM)?;
     m.add("MAX_RECORD_BYTES", zrecord::MAX_RECORD_BYTES)?;
@@ -168,6 +169,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(publish::clean_stale, m)?)?;
     m.add_function(wrap_pyfunction!(publish::concat, m)?)?;
     m.add_function(wrap_pyfunction!(store::upload, m)?)?;
+    m.add_function(wrap_pyfunction!(store::concat_urls, m)?)?;
+    m.add_function(wrap_pyfunction!(store::remove_prefix, m)?)?;
     m.add_function(wrap_pyfunction!(store::is_url, m)?)?;
     m.add_function(wrap_pyfunction!(data_file_name, m)?)?;
     m.add_function(wrap_pyfunction!(set_threads, m)?)?;

@@ -392,6 +392,33 @@ pub fn upload(
         .py_err()
 }
 
+/// Publishes one store per `(parts, dest, attrs)` from part stores in object
+/// storage under `root`, data files copied by the storage, every header last
+/// (see `loaderx_remote::concat_remote`); returns each result's record count.
+#[pyfunction]
+pub fn concat_urls(
+    py: Python<'_>,
+    root: String,
+    jobs: Vec<(Vec<String>, String, Vec<u8>)>,
+    options: &Bound<'_, PyAny>,
+) -> PyResult<Vec<u64>> {
+    let options = storage_options(options)?;
+    let jobs: Vec<_> = jobs
+        .into_iter()
+        .map(|(parts, dest, attrs)| loaderx_remote::RemoteConcat { parts, dest, attrs })
+        .collect();
+    py.detach(|| loaderx_remote::concat_remote(&root, &jobs, &options))
+        .py_err()
+}
+
+/// Removes every object under the prefix `url`; returns how many there were.
+#[pyfunction]
+pub fn remove_prefix(py: Python<'_>, url: String, options: &Bound<'_, PyAny>) -> PyResult<u64> {
+    let options = storage_options(options)?;
+    py.detach(|| loaderx_remote::remove_prefix(&url, &options))
+        .py_err()
+}
+
 /// Whether `path` is a URL of a remote store rather than a local path. A str
 /// that is not Unicode text (with lone surrogates, as Python holds undecodable
 /// bytes) is judged by its text, so that its caller, not this, refuses it.

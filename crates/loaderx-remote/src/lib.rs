@@ -23,6 +23,8 @@
 //! * [`Cache`]: an optional local directory of fixed-size blocks keyed by the
 //!   store's identity, shared safely by several processes.
 //! * [`upload`]: a published local store into object storage, header last.
+//! * [`concat_remote`]: stores published from part stores already in object
+//!   storage, their data files copied by the storage itself, headers last.
 //!
 //! Requests run on one lazily created tokio runtime per process, rebuilt in a
 //! forked child, as the gather engine's threads are.
@@ -36,6 +38,7 @@ mod index;
 mod key;
 mod location;
 mod options;
+mod publish;
 mod runtime;
 mod store;
 mod upload;
@@ -48,5 +51,6 @@ pub use options::{
     FetchOptions, OptionValue, SplitOptions, DEFAULT_DEADLINE, DEFAULT_FIRST_BYTE_TIMEOUT,
     DEFAULT_MAX_CONCURRENCY, LOADERX_OPTIONS, MAX_BACKOFF, MAX_CONCURRENCY, MAX_RETRIES,
 };
+pub use publish::{concat_remote, remove_prefix, RemoteConcat};
 pub use store::{Canceller, Pending, RemoteStore};
 pub use upload::upload;

@@ -211,6 +211,11 @@ impl Location {
         }
     }
 
+    /// The store's own path in its bucket (the prefix of every file's).
+    pub(crate) fn prefix(&self) -> &Path {
+        &self.prefix
+    }
+
     /// The path of the store's file `name` inside the object store.
     pub(crate) fn path_of(&self, name: &str) -> Path {
         self.prefix.clone().join(name)

@@ -18,6 +18,21 @@ use crate::format::{self, Header};
 /// or discard the directory. A lock that can be taken means the owner is gone.
 const LOCK_FILE: &str = ".build.lock";
 
+/// The directory of a tree build that other processes (an engine's tasks) write
+/// part stores into, for the build's owner to concatenate: inside it, stores are
+/// created and opened as anywhere else. It goes with its build directory, so a
+/// failed or killed job leaves nothing that [`clean_stale`] does not remove.
+pub const PARTS_DIR: &str = ".parts";
+
+/// Whether component `k` of `parts` is a build directory's name, not followed
+/// by [`PARTS_DIR`] (which makes what lies below it ordinary stores).
+fn is_closed_build(parts: &[std::path::Component<'_>], k: usize) -> bool {
+    is_build_dir_name(parts[k].as_os_str())
+        && parts
+            .get(k + 1)
+            .is_none_or(|next| next.as_os_str() != PARTS_DIR)
+}
+
 /// The most bytes of one path component on the filesystems stores live on.
 const NAME_MAX: usize = 255;
 
@@ -115,9 +130,10 @@ fn check_not_inside_store(dest: &Path, dest_path: &Path) -> Result<()> {
     };
     let live = live_builds();
     let mut dir = PathBuf::new();
-    for part in real.components() {
+    let whole: Vec<_> = real.components().collect();
+    for (k, part) in whole.iter().enumerate() {
         dir.push(part);
-        let why = if is_build_dir_name(part.as_os_str()) && !live.contains(&dir) {
+        let why = if is_closed_build(&whole, k) && !live.contains(&dir) {
             "an unpublished build directory (a writer's temporary directory)"
         } else if dir.join(format::HEADER_FILE).symlink_metadata().is_ok() {
             "a published store, which never changes"
@@ -193,9 +209,10 @@ pub(crate) fn check_not_build_dir(path: &Path) -> Result<()> {
         return Ok(());
     };
     let mut dir = PathBuf::new();
-    for part in real.components() {
+    let whole: Vec<_> = real.components().collect();
+    for (k, part) in whole.iter().enumerate() {
         dir.push(part);
-        if is_build_dir_name(part.as_os_str()) {
+        if is_closed_build(&whole, k) {
             let what = if dir == real {
                 "an unpublished build directory".to_string()
             } else {
@@ -602,6 +619,30 @@ pub(crate) mod tests {
         assert!(root.path().join("tree/split/column").is_dir());
         fs::create_dir(&kept).unwrap(); // the same name, no longer this process's build
         assert!(refused_message(&kept.join("s")).contains("an unpublished build directory"));
+    }
+
+    /// Stores inside a build directory's parts directory are created and opened
+    /// by any process, as anywhere else; the parts directory is no store's, and
+    /// everything else in a foreign build stays refused.
+    #[test]
+    fn a_build_directorys_parts_hold_ordinary_stores() {
+        use crate::{Codec, DType, Schema, Sequential, Source, Store, Writer};
+        let root = tempfile::tempdir().unwrap();
+        let foreign = root.path().join(".job.tmp-1-00000001");
+        let attempt = foreign.join(PARTS_DIR).join("p0-a1");
+        fs::create_dir_all(&attempt).unwrap();
+        let part = attempt.join("col");
+        let schema = Schema::dense(DType::U8, &[2], Codec::Raw, 1).unwrap();
+        let mut w = Writer::create(&part, schema, None).unwrap();
+        w.append_dense(1, &[4, 5], Source::Memory, &Sequential)
+            .unwrap();
+        w.finish().unwrap();
+        assert_eq!(Store::open(&part).unwrap().len(), 1);
+        assert!(refused_message(&foreign.join("s")).contains("an unpublished build directory"));
+        let beside = foreign.join("other").join("p0");
+        fs::create_dir_all(&beside).unwrap();
+        assert!(refused_message(&beside.join("s")).contains("an unpublished build directory"));
+        assert!(check_not_build_dir(&beside).is_err());
     }
 
     #[test]

@@ -3,8 +3,9 @@ every column's plan, with every problem reported at once."""
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -127,6 +128,13 @@ def splits_of(dataset: object) -> dict[str | None, Dataset]:
     raise _not_a_dataset(cast(object, dataset))
 
 
+def _known_nulls(ds: Dataset, column: str) -> int:
+    """The column's nulls, where the table holds exactly the dataset's rows (a
+    selection or a filter leaves the whole table behind it)."""
+    nulls = _null_count(ds, column)
+    return nulls if ds.num_rows == len(ds.data) else 0
+
+
 def _null_count(ds: Dataset, column: str) -> int:
     # datasets' Table wrapper leaves column()'s type open; it is a ChunkedArray.
     col = ds.data.column(column)  # pyright: ignore[reportUnknownMemberType]
@@ -216,6 +224,61 @@ class Split:
     plans: list[Plan] = field(default_factory=lambda: [])
 
 
+def plan_one(
+    c: str,
+    t: pa.DataType,
+    feature: object,
+    where: str,
+    problems: dict[str, str],
+    *,
+    codec: str | Mapping[str, str],
+    decode: Layout | None,
+    dense: bool,
+    utf8: bool,
+    dict_bytes: Mapping[str, bytes],
+    dtypes: Mapping[str, object],
+    nulls: Callable[[], int] = lambda: 0,
+) -> Plan | None:
+    """The plan of column `c` of Arrow type `t`, or None with its problems added
+    to `problems` (one entry per column and problem); `nulls` counts the column's
+    nulls where they are known before writing."""
+    try:
+        check_name(c, "column")
+        plan = plan_column(c, t, feature, decode=decode, dense=dense, utf8=utf8)
+        n = nulls()
+        if n:
+            raise Refused(
+                f"{n} null value(s); fill them (Dataset.map) or drop those rows "
+                "(Dataset.filter): a store has no nulls"
+            )
+    except Refused as e:
+        problems.setdefault(f"column {c!r}", f"column {c!r}{where}: {e}")
+        return None
+    except InvalidArgumentError as e:
+        problems.setdefault(f"column {c!r}", str(e))
+        return None
+    cc = _codec_of(codec, c)
+    if cc is None:
+        problems[f"codec {c!r}"] = f"codec= names no codec for column {c!r}"
+        return None
+    bad_codec = codec_problem(cc)
+    if bad_codec is not None:
+        problems[f"codec {c!r}"] = f"column {c!r}: {bad_codec}"
+        return None
+    if c in dict_bytes and cc not in DICTIONARY_CODECS:
+        problems[f"dict {c!r}"] = (
+            f"dict_bytes= gives a dictionary for column {c!r}, whose codec is {cc!r}"
+        )
+    if c in dtypes:
+        why = _retype(plan, dtypes[c])
+        if why is not None:
+            problems[f"dtypes {c!r}"] = f"column {c!r}{where}: {why}"
+            return None
+    plan.codec = cc
+    plan.dictionary = dict_bytes.get(c)
+    return plan
+
+
 def plan_splits(
     splits: dict[str | None, Dataset],
     tables: set[int],
@@ -245,48 +308,22 @@ def plan_splits(
         features = cast("Mapping[str, object]", ds.features)
         for c in ds.column_names:
             seen.add(c)
-            try:
-                check_name(c, "column")
-                plan = plan_column(
-                    c,
-                    types[c],
-                    features.get(c),
-                    decode=decode.get(c),
-                    dense=c in dense,
-                    utf8=c in utf8,
-                )
-                nulls = _null_count(ds, c)
-                if nulls and ds.num_rows == len(ds.data):
-                    raise Refused(
-                        f"{nulls} null value(s); fill them (Dataset.map) or drop those rows "
-                        "(Dataset.filter): a store has no nulls"
-                    )
-            except Refused as e:
-                problems.setdefault(f"column {c!r}", f"column {c!r}{where}: {e}")
-                continue
-            except InvalidArgumentError as e:
-                problems.setdefault(f"column {c!r}", str(e))
-                continue
-            cc = _codec_of(codec, c)
-            if cc is None:
-                problems[f"codec {c!r}"] = f"codec= names no codec for column {c!r}"
-                continue
-            bad_codec = codec_problem(cc)
-            if bad_codec is not None:
-                problems[f"codec {c!r}"] = f"column {c!r}: {bad_codec}"
-                continue
-            if c in dict_bytes and cc not in DICTIONARY_CODECS:
-                problems[f"dict {c!r}"] = (
-                    f"dict_bytes= gives a dictionary for column {c!r}, whose codec is {cc!r}"
-                )
-            if c in dtypes:
-                why = _retype(plan, dtypes[c])
-                if why is not None:
-                    problems[f"dtypes {c!r}"] = f"column {c!r}{where}: {why}"
-                    continue
-            plan.codec = cc
-            plan.dictionary = dict_bytes.get(c)
-            split.plans.append(plan)
+            plan = plan_one(
+                c,
+                types[c],
+                features.get(c),
+                where,
+                problems,
+                codec=codec,
+                decode=decode.get(c),
+                dense=c in dense,
+                utf8=c in utf8,
+                dict_bytes=dict_bytes,
+                dtypes=dtypes,
+                nulls=functools.partial(_known_nulls, ds, c),
+            )
+            if plan is not None:
+                split.plans.append(plan)
         out.append(split)
     for option, names in (
         ("decode", set(decode)),

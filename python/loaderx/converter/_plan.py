@@ -54,6 +54,9 @@ class Plan:
     dictionary: bytes | None = None
     # The column's own dtype, when dtypes= asked for `dtype` instead.
     cast_from: np.dtype | None = None
+    # The option that gave a Dense shape (an engine's shapes=), None when the
+    # first record gives it.
+    shape_option: str | None = None
 
     def __post_init__(self) -> None:
         if self.source in ("nested", "struct", "number"):

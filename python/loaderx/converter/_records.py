@@ -196,8 +196,14 @@ def _same_shape(plan: Plan, shapes: npt.NDArray[np.int64], row0: int) -> tuple[i
     differ = np.flatnonzero((shapes != np.asarray(plan.shape, dtype=np.int64)).any(axis=1))
     if len(differ):
         r = int(differ[0])
+        got = tuple(shapes[r].tolist())
+        if plan.shape_option is not None:
+            raise BadRecord(
+                f"column {plan.column!r}: row {row0 + r} has shape {got}, but "
+                f"{plan.shape_option} gives {plan.shape}"
+            )
         raise BadRecord(
-            f"column {plan.column!r}: row {row0 + r} has shape {tuple(shapes[r].tolist())}, "
+            f"column {plan.column!r}: row {row0 + r} has shape {got}, "
             f"row 0 {plan.shape}; a Dense store holds one shape: leave {plan.column!r} out "
             "of dense= to store each record with its own shape (Ragged)"
         )
