@@ -307,6 +307,14 @@ def exercise_store(nat: Native, root: pathlib.Path, codec: str, dictionary: byte
     got = nat.call(dense, "finish_dense", ahead)
     assert (np.from_dlpack(got) == DENSE[[6, 1]]).all()
     assert nat.get(ahead, "ready") is True and nat.get(ahead, "work_ns") >= 0
+    base = (root / "published").as_uri()
+    nat.call(_native, "upload", root / "dense", f"{base}/.parts/a/x", {})
+    counts = nat.call(
+        _native, "concat_urls", base, [([f"{base}/.parts/a/x"] * 2, f"{base}/x", b"")], {}
+    )
+    assert counts == [2 * len(DENSE)]
+    assert nat.call(_native, "remove_prefix", f"{base}/.parts", {}) > 0
+    assert sorted(os.listdir(root / "published")) == ["x"]
 
     ragged = nat.call(_native.Store, "open", str(root / "ragged"), checked=True)
     assert nat.get(ragged, "kind") == "ragged" and nat.get(ragged, "ndim") == 1
