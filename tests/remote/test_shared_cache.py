@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import shared_cache_reader as child
 from remote_servers import FaultProxy, RangeServer
 
@@ -24,16 +25,16 @@ READER = Path(child.__file__)
 BLOCK = 64 << 10
 
 
-def write_store(root: Path) -> int:
+def write_store(root: Path, records: int = child.RECORDS, width: int = child.SHAPE[0]) -> int:
     """The store the children read, at root/s; returns its size in bytes."""
-    with Dense.create(root / "s", np.uint8, child.SHAPE, codec="raw") as w:
-        w.append(child.expected(np.arange(child.RECORDS)))
+    with Dense.create(root / "s", np.uint8, (width,), codec="raw") as w:
+        w.append(child.expected(np.arange(records), width))
     return sum(p.stat().st_size for p in (root / "s").iterdir())
 
 
-def start(url: str, cache: Path, go: Path) -> subprocess.Popen[str]:
+def start(url: str, cache: Path, go: Path, width: int = child.SHAPE[0]) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    cmd = [sys.executable, str(READER), url, str(cache), str(BLOCK), str(go)]
+    cmd = [sys.executable, str(READER), url, str(cache), str(BLOCK), str(go), str(width)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"
@@ -46,13 +47,16 @@ def finish(proc: subprocess.Popen[str]) -> dict[str, int]:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def test_four_processes_sharing_a_cache_fetch_each_block_about_once(tmp_path):
-    size = write_store(tmp_path / "srv")
+# (records, bytes a record): mostly data; mostly index (24 bytes an entry, so
+# 60000 records of 8 bytes hold 1.4 MB of index and 0.5 MB of data).
+@pytest.mark.parametrize(("records", "width"), [(child.RECORDS, child.SHAPE[0]), (60_000, 8)])
+def test_four_processes_sharing_a_cache_fetch_each_block_about_once(tmp_path, records, width):
+    size = write_store(tmp_path / "srv", records, width)
     cache, go = tmp_path / "cache", tmp_path / "go"
     # 20 ms per request, so that the four processes' fetches of a block
     # overlap: without claims each would fetch it.
     with RangeServer(tmp_path / "srv") as server, FaultProxy(server.url, latency_ms=20) as proxy:
-        procs = [start(f"{proxy.url}/s", cache, go) for _ in range(4)]
+        procs = [start(f"{proxy.url}/s", cache, go, width) for _ in range(4)]
         opened = server.body_bytes()
         server.reset_counts()
         go.touch()
@@ -64,7 +68,7 @@ def test_four_processes_sharing_a_cache_fetch_each_block_about_once(tmp_path):
     assert served <= 1.1 * size, (served, size)
     assert sum(g["fetched"] for g in got) == opened + served
     # Every process read every record: what was not fetched came from the cache.
-    data = child.RECORDS * child.SHAPE[0]
+    data = records * width
     assert sum(g["from_cache"] for g in got) >= 4 * data - served
     assert not list(cache.rglob(".claim-*")), "every claim is removed by its holder"
 
