@@ -22,22 +22,29 @@ PACK_WINDOW: int = _native.PACK_WINDOW
 _LONG = ("truncate", "error")
 
 
-def _lengths_arg(lengths: object) -> npt.NDArray[np.uint64]:
-    """`lengths` as a contiguous uint64 array, with errors that name it."""
-    if isinstance(lengths, (str, bytes)):
-        raise TypeError(f"lengths must be a sequence of integers, got {type(lengths).__name__}")
+def _integers(value: object, name: str, what: str) -> npt.NDArray[np.generic]:
+    """`value` as a non-empty one-dimensional integer array, with errors that
+    name it; `what` is what one element is ("record", "position")."""
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"{name} must be a sequence of integers, got {type(value).__name__}")
     try:
-        a = np.asarray(lengths)
+        a = np.asarray(value)
     except (TypeError, ValueError, OverflowError):
         raise TypeError(
-            f"lengths must be a sequence of integers, got {type(lengths).__name__}"
+            f"{name} must be a sequence of integers, got {type(value).__name__}"
         ) from None
     if a.ndim != 1:
-        raise InvalidArgumentError(f"lengths must be one-dimensional, got shape {a.shape}")
+        raise InvalidArgumentError(f"{name} must be one-dimensional, got shape {a.shape}")
     if a.size == 0:
-        raise InvalidArgumentError("lengths must hold at least one record")
+        raise InvalidArgumentError(f"{name} must hold at least one {what}")
     if a.dtype.kind not in "iu":
-        raise TypeError(f"lengths must be integers, got dtype {a.dtype}")
+        raise TypeError(f"{name} must be integers, got dtype {a.dtype}")
+    return a
+
+
+def _lengths_arg(lengths: object) -> npt.NDArray[np.uint64]:
+    """`lengths` as a contiguous uint64 array, with errors that name it."""
+    a = _integers(lengths, "lengths", "record")
     if a.dtype.kind == "i":
         negative = np.flatnonzero(a < 0)
         if negative.size:
@@ -48,20 +55,7 @@ def _lengths_arg(lengths: object) -> npt.NDArray[np.uint64]:
 
 def _positions_arg(positions: object, records: int) -> npt.NDArray[np.uint64]:
     """`positions` as a contiguous uint64 array of positions below `records`."""
-    if isinstance(positions, (str, bytes)):
-        raise TypeError(f"positions must be a sequence of integers, got {type(positions).__name__}")
-    try:
-        a = np.asarray(positions)
-    except (TypeError, ValueError, OverflowError):
-        raise TypeError(
-            f"positions must be a sequence of integers, got {type(positions).__name__}"
-        ) from None
-    if a.ndim != 1:
-        raise InvalidArgumentError(f"positions must be one-dimensional, got shape {a.shape}")
-    if a.size == 0:
-        raise InvalidArgumentError("positions must hold at least one position")
-    if a.dtype.kind not in "iu":
-        raise TypeError(f"positions must be integers, got dtype {a.dtype}")
+    a = _integers(positions, "positions", "position")
     outside = np.flatnonzero((a < 0) | (a >= records))
     if outside.size:
         i = int(outside[0])
