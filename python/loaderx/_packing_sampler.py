@@ -4,7 +4,7 @@ is in ``docs/sampler.md``, section "PackingSampler"."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -22,7 +22,7 @@ PACK_WINDOW: int = _native.PACK_WINDOW
 _LONG = ("truncate", "error")
 
 
-def _integers(value: object, name: str, what: str) -> npt.NDArray[np.generic]:
+def _integers(value: object, name: str, what: str) -> npt.NDArray[Any]:
     """`value` as a non-empty one-dimensional integer array, with errors that
     name it; `what` is what one element is ("record", "position")."""
     if isinstance(value, (str, bytes)):
