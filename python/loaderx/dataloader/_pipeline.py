@@ -20,6 +20,7 @@ import numpy.typing as npt
 from ..errors import InvalidArgumentError, LoaderxError
 from ..protocols import IndexSampler, PackedSampler, Positions, PrefetchingReader
 from ..zrecord._reader import StoreReader
+from ._begun import Begun, Later, Parts, Step
 from ._packs import pack_offsets, split_packs
 from ._process import split_description
 from ._rng import StepInfo
@@ -63,92 +64,6 @@ def takes_step(transform: Callable[..., object]) -> bool:
             "called with the shard list alone, nor with the shard list and a StepInfo"
         ) from None
     return False
-
-
-class _Later(Generic[B]):
-    """A binding's batch that a prefetching reader is still reading, or that the
-    background gather thread has yet to gather."""
-
-    __slots__ = ("wait",)
-
-    def __init__(self, wait: Callable[[], B]) -> None:
-        self.wait = wait
-
-    def cancel(self) -> None:
-        cancel: Callable[[], object] | None = getattr(self.wait, "cancel", None)
-        if callable(cancel):
-            cancel()
-
-    @property
-    def ready(self) -> bool:
-        return getattr(self.wait, "ready", False) is True
-
-    @property
-    def work_ns(self) -> int:
-        """The background gather thread's time on it, once it ran (else 0)."""
-        ns = getattr(self.wait, "work_ns", None)
-        return ns if type(ns) is int else 0
-
-
-# A begun step: per binding, per stream, the batch or what waits for it.
-_Parts: TypeAlias = "list[dict[str, B | _Later[B]]]"
-
-
-class _Begun(Generic[B]):
-    """A step drawn and begun under the draw lock, not yet completed."""
-
-    __slots__ = ("draw_ns", "end_ns", "error", "gather_ns", "info", "parts", "step", "waits")
-
-    def __init__(
-        self,
-        step: int,
-        parts: _Parts[B] | None = None,
-        info: StepInfo | None = None,
-        error: BaseException | None = None,
-        waits: bool = False,
-    ) -> None:
-        self.step, self.parts, self.info, self.error = step, parts, info, error
-        self.waits = waits  # some of its reads are still under way
-        self.draw_ns = self.gather_ns = self.end_ns = 0
-
-    def cancel(self) -> None:
-        """Stops the reads still under way that can be stopped."""
-        for v in self.later():
-            v.cancel()
-
-    def later(self) -> list[_Later[B]]:
-        return [
-            cast("_Later[B]", v)
-            for shard in self.parts or ()
-            for v in shard.values()
-            if isinstance(v, _Later)
-        ]
-
-    def ready(self) -> bool:
-        """Whether completing it would not wait."""
-        return self.error is not None or all(v.ready for v in self.later())
-
-
-# A step's time in each of STAGES, in nanoseconds; -1 for a stage it did not have.
-_Times: TypeAlias = tuple[int, int, int, int]
-_NO_TIMES: _Times = (-1, -1, -1, -1)
-
-
-class _Step(Generic[T]):
-    """A finished step: its result or the exception it raised, and what it cost."""
-
-    __slots__ = ("end_ns", "error", "nbytes", "times", "value")
-
-    def __init__(
-        self,
-        value: T | None = None,
-        error: BaseException | None = None,
-        times: _Times = _NO_TIMES,
-        nbytes: int = 0,
-        end_ns: int = 0,
-    ) -> None:
-        self.value, self.error = value, error
-        self.times, self.nbytes, self.end_ns = times, nbytes, end_ns
 
 
 def _traffic(streams: Streams[B]) -> Traffic:
@@ -212,11 +127,11 @@ class Pipeline(Generic[B, T]):
         self.draw = threading.Lock()  # serializes draw and gather across workers
         self.claimed = 0  # next step a worker will draw
         self.delivered = 0  # next step the consumer receives
-        self.done: dict[int, _Step[T]] = {}
+        self.done: dict[int, Step[T]] = {}
         # Steps begun and not yet taken by a worker; only touched under `draw`.
-        self.begun: deque[_Begun[B]] = deque()
+        self.begun: deque[Begun[B]] = deque()
         # Steps whose reads a thread is waiting for; close() cancels them.
-        self.completing: set[_Begun[B]] = set()
+        self.completing: set[Begun[B]] = set()
         self.threads: list[threading.Thread] = []
         self.started = False
         self.closed = False
@@ -232,7 +147,7 @@ class Pipeline(Generic[B, T]):
 
     # -- one step ---------------------------------------------------------------
 
-    def begin(self, step: int, drawn: object) -> _Begun[B]:
+    def begin(self, step: int, drawn: object) -> Begun[B]:
         """The step's shards, as batches or as reads still under way, and its
         StepInfo when the transform takes one. Everything that needs the
         sampler's buffer happens here."""
@@ -268,11 +183,11 @@ class Pipeline(Generic[B, T]):
         # This process's contiguous slice of the global batch, a view like the
         # bindings' parts of it.
         positions = cast("Positions", idx[offset:stop])
-        parts: _Parts[B] = []
+        parts: Parts[B] = []
         waits = False
         streams = self.streams
         for i in range(k):
-            shard: dict[str, B | _Later[B]] = {}
+            shard: dict[str, B | Later[B]] = {}
             pos = positions[bounds[i] : bounds[i + 1]]
             for name, readers, prefetching in zip(
                 streams.names, streams.lists, streams.prefetching, strict=True
@@ -285,7 +200,7 @@ class Pipeline(Generic[B, T]):
                 if later is None:
                     shard[name] = readers[i].gather(pos)
                 else:
-                    shard[name] = _Later(later)
+                    shard[name] = Later(later)
                     waits = True
             parts.append(shard)
         info = None
@@ -304,9 +219,9 @@ class Pipeline(Generic[B, T]):
                 process_count=n,
                 pack_offsets=None if packs is None else packs.offsets,
             )
-        return _Begun(step, parts, info, waits=waits)
+        return Begun(step, parts, info, waits=waits)
 
-    def completed(self, item: _Begun[B]) -> Shards[B]:
+    def completed(self, item: Begun[B]) -> Shards[B]:
         """The step's shards, once every read it began is in. close() cancels
         the reads meanwhile, and then this raises."""
         assert item.parts is not None
@@ -320,7 +235,7 @@ class Pipeline(Generic[B, T]):
             for part in item.parts:
                 shard: dict[str, B] = {}
                 for name, v in part.items():
-                    shard[name] = cast("_Later[B]", v).wait() if isinstance(v, _Later) else v
+                    shard[name] = cast("Later[B]", v).wait() if isinstance(v, Later) else v
                 shards.append(shard)
             return shards
         finally:
@@ -338,7 +253,7 @@ class Pipeline(Generic[B, T]):
     # Each step reads the clock as few times as its stages need: statistics must
     # cost well under 1% of a small gather.
 
-    def draw_and_begin(self, step: int, t0: int) -> _Begun[B]:
+    def draw_and_begin(self, step: int, t0: int) -> Begun[B]:
         """Draws and begins `step`; `t0` is the clock just before."""
         drawn = self.sampler.next()
         t1 = time.perf_counter_ns()
@@ -347,7 +262,7 @@ class Pipeline(Generic[B, T]):
         item.draw_ns, item.gather_ns = t1 - t0, item.end_ns - t1
         return item
 
-    def run(self, item: _Begun[B]) -> _Step[T]:
+    def run(self, item: Begun[B]) -> Step[T]:
         """Completes and transforms a begun step, timing both; the step's ``end_ns``
         is the clock when it was done."""
         fetch = transform = -1
@@ -366,7 +281,7 @@ class Pipeline(Generic[B, T]):
             t1 = end
             end = time.perf_counter_ns()
             transform = end - t1
-        return _Step(
+        return Step(
             value, times=(item.draw_ns, item.gather_ns, fetch, transform), nbytes=nbytes, end_ns=end
         )
 
@@ -411,7 +326,7 @@ class Pipeline(Generic[B, T]):
                     try:
                         item = self.draw_and_begin(step, time.perf_counter_ns())
                     except BaseException as e:  # noqa: BLE001 - delivered to the consumer
-                        self.begun.append(_Begun(step, error=e))
+                        self.begun.append(Begun(step, error=e))
                         break
                     self.begun.append(item)
                     if not item.waits:
@@ -419,14 +334,14 @@ class Pipeline(Generic[B, T]):
                 # Rebinds `item`: no local name may keep a begun step's batches
                 # alive once the consumer has dropped them.
                 item = self.begun.popleft()
-            result: _Step[T]
+            result: Step[T]
             if item.error is not None:
-                result = _Step(error=item.error)
+                result = Step(error=item.error)
             else:
                 try:
                     result = self.run(item)
                 except BaseException as e:  # noqa: BLE001 - delivered to the consumer
-                    result = _Step(error=e)
+                    result = Step(error=e)
             failed = result.error is not None
             with self.cond:
                 if self.closed:
@@ -516,7 +431,7 @@ class Pipeline(Generic[B, T]):
             self.begun.clear()
         self.check_open()
 
-    def step_ahead(self) -> tuple[_Step[T], int]:
+    def step_ahead(self) -> tuple[Step[T], int]:
         """The next step with no worker thread (under the draw lock), and how many
         begun steps were ready when it was asked for. Begins the steps up to
         ``workers + prefetch`` ahead of the consumer, whose gathers run in order
@@ -535,7 +450,7 @@ class Pipeline(Generic[B, T]):
             try:
                 item = self.draw_and_begin(step, time.perf_counter_ns())
             except BaseException as e:  # noqa: BLE001 - raised at its own step
-                item = _Begun[B](step, error=e)
+                item = Begun[B](step, error=e)
             begun.append(item)
         item = begun.popleft()
         if item.error is not None:
@@ -544,11 +459,11 @@ class Pipeline(Generic[B, T]):
         end = time.perf_counter_ns()
         gather = sum(v.work_ns for v in item.later())
         nbytes = batch_bytes(cast("list[dict[str, object]]", shards))
-        return _Step(
+        return Step(
             cast("T", shards), times=(item.draw_ns, gather, -1, -1), nbytes=nbytes, end_ns=end
         ), ready
 
-    def record(self, done: _Step[T], called: int, ready: int, now: int) -> LoaderStats | None:
+    def record(self, done: Step[T], called: int, ready: int, now: int) -> LoaderStats | None:
         """Counts a delivered step (under the condition lock); the report due, if any."""
         self.stats.delivered((*done.times, now - called, done.nbytes, ready), now)
         return self.stats.due(now) if self.stats.report_every is not None else None
