@@ -43,10 +43,11 @@ def tiny(tmp_path_factory):
 
 
 def index_ranges(server, store):
-    """The byte ranges (start, end) asked of `store`'s index.bin, sorted."""
+    """The byte ranges (start, end) asked of `store`'s index.bin, sorted (the
+    size asked at open is a HEAD, not a range)."""
     out = []
     for method, path, rng in server.log():
-        if path == f"/{store}/index.bin":
+        if path == f"/{store}/index.bin" and method != "HEAD":
             assert method == "GET" and rng is not None, (method, rng)
             a, b = rng.removeprefix("bytes=").split("-")
             out.append((int(a), int(b) + 1))
@@ -80,7 +81,9 @@ def test_opening_costs_the_same_whatever_the_record_count(tiny):
         sums = (root / name / "index.sum").stat().st_size
         assert ("GET", "index.sum", f"bytes=0-{sums - 1}") in log
         assert server.bytes_of(f"/{name}/index.sum") == sums
-        assert server.requests(f"/{name}/index.bin") == 0
+        # The index's size is asked (a HEAD, no byte of it), never its entries.
+        assert [m for m, p, _ in log if p == "index.bin"] == ["HEAD"]
+        assert server.bytes_of(f"/{name}/index.bin") == 0
         rest = sorted((e for e in log if e[1] != "index.sum"), key=str)
         seen[name] = (rest, server.body_bytes() - sums)
         r.close()
@@ -89,6 +92,7 @@ def test_opening_costs_the_same_whatever_the_record_count(tiny):
         ("GET", "header.bin"),
         ("HEAD", "data-000.bin"),
         ("HEAD", "header.bin"),
+        ("HEAD", "index.bin"),
     ]
     # The big store's index is 240 MB; its checksums are 8 bytes per block.
     assert (root / "big" / "index.bin").stat().st_size == 240_000_000
@@ -233,6 +237,29 @@ def test_a_damaged_index_block_is_an_error_naming_the_store_and_block(tmp_path, 
         r.close()
 
 
+@pytest.mark.parametrize("how", ["truncated", "extended", "missing"])
+def test_an_index_of_another_size_than_the_header_says_fails_the_open(tmp_path, how):
+    write_store(tmp_path / "s", "dense", "zstd", 9_000)
+    shutil.copytree(tmp_path / "s", tmp_path / "served" / "s")
+    index = tmp_path / "served" / "s" / "index.bin"
+    data = index.read_bytes()
+    if how == "missing":
+        index.unlink()
+        why = "the index is missing"
+    else:
+        changed = data[: 2 * BLOCK + 100] if how == "truncated" else data + b"\0" * 8
+        index.write_bytes(changed)
+        why = (
+            f"the index is {len(changed)} bytes but the header says {len(data)} "
+            "(truncated or extended)"
+        )
+    with RangeServer(tmp_path / "served") as server:
+        url = server.url + "/s"
+        with pytest.raises(ZrecordError) as e:
+            Dense.open(url, storage_options=HTTP_STORAGE_OPTIONS)
+        assert str(e.value) == f"{url}/index.bin: {why}"
+
+
 CHILD = """
 import json, sys
 import numpy as np
@@ -260,7 +287,8 @@ def test_a_second_process_reads_index_blocks_from_the_cache(tmp_path, range_serv
         np.testing.assert_array_equal(np.array(json.loads(out.stdout)), want[positions])
 
     child()
-    assert range_server.requests("/s/index.bin") == 0
+    # Only its size is asked at open; every block came from the cache.
+    assert range_server.bytes_of("/s/index.bin") == 0
     # A damaged cached block is dropped and fetched again, never read.
     cached = [p for p in (tmp_path / "c").rglob("*") if p.parent.name == "index.bin"]
     assert sorted(int(p.name) for p in cached) == [0, 1, 2, 3]

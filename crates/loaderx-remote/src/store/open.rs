@@ -28,6 +28,20 @@ pub(super) async fn check_sizes(fetcher: &Fetcher, sizes: &[u64]) -> Result<()> 
     Ok(())
 }
 
+/// Checks that an index read on demand exists with the size the header gives
+/// it, so that a truncated index fails the open, not a gather much later.
+async fn check_index_size(fetcher: &Fetcher, want: u64) -> Result<()> {
+    let url = fetcher.loc().url_of(zrecord::INDEX_FILE);
+    match fetcher.size_of(zrecord::INDEX_FILE).await? {
+        None => Err(corrupt(url, "the index is missing")),
+        Some(n) if n != want => Err(corrupt(
+            url,
+            format!("the index is {n} bytes but the header says {want} (truncated or extended)"),
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
 /// One small file of the store, from the cache when it holds it with the
 /// header's checksum, else fetched (and cached). `store` is the header checksum.
 async fn small(
@@ -132,6 +146,7 @@ pub(super) async fn open_parts(
     let (index, index_sums, dict, attrs, ()) = futures::try_join!(
         async {
             if header.version >= 2 {
+                check_index_size(fetcher, header.index_size).await?;
                 return Ok(RemoteIndex::OnDemand(header.index_size));
             }
             let whole = small(
