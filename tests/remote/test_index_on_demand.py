@@ -245,14 +245,11 @@ def test_an_index_of_another_size_than_the_header_says_fails_the_open(tmp_path, 
     data = index.read_bytes()
     if how == "missing":
         index.unlink()
-        why = "the index is missing"
+        why = f"the file is missing (the header says it is {len(data)} bytes)"
     else:
         changed = data[: 2 * BLOCK + 100] if how == "truncated" else data + b"\0" * 8
         index.write_bytes(changed)
-        why = (
-            f"the index is {len(changed)} bytes but the header says {len(data)} "
-            "(truncated or extended)"
-        )
+        why = f"the file is {len(changed)} bytes but the header says {len(data)}"
     with RangeServer(tmp_path / "served") as server:
         url = server.url + "/s"
         with pytest.raises(ZrecordError) as e:

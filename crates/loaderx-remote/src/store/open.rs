@@ -28,17 +28,20 @@ pub(super) async fn check_sizes(fetcher: &Fetcher, sizes: &[u64]) -> Result<()> 
     Ok(())
 }
 
-/// Checks that an index read on demand exists with the size the header gives
-/// it, so that a truncated index fails the open, not a gather much later.
-async fn check_index_size(fetcher: &Fetcher, want: u64) -> Result<()> {
-    let url = fetcher.loc().url_of(zrecord::INDEX_FILE);
-    match fetcher.size_of(zrecord::INDEX_FILE).await? {
-        None => Err(corrupt(url, "the index is missing")),
-        Some(n) if n != want => Err(corrupt(
-            url,
-            format!("the index is {n} bytes but the header says {want} (truncated or extended)"),
+/// Checks that the small file `name` exists with the size the header gives
+/// it: for an index read on demand, so that a truncated index fails the open,
+/// not a gather much later.
+async fn check_size(fetcher: &Fetcher, name: &str, size: u64) -> Result<()> {
+    match fetcher.size_of(name).await? {
+        Some(n) if n == size => Ok(()),
+        Some(n) => Err(corrupt(
+            fetcher.loc().url_of(name),
+            format!("the file is {n} bytes but the header says {size}"),
         )),
-        Some(_) => Ok(()),
+        None => Err(corrupt(
+            fetcher.loc().url_of(name),
+            format!("the file is missing (the header says it is {size} bytes)"),
+        )),
     }
 }
 
@@ -62,21 +65,7 @@ async fn small(
     }
     // The header's size is a claim: asked of the server first, so that a
     // header claiming a huge index costs one request, not one per part.
-    match fetcher.size_of(name).await? {
-        Some(n) if n == size => {}
-        Some(n) => {
-            return Err(corrupt(
-                fetcher.loc().url_of(name),
-                format!("the file is {n} bytes but the header says {size}"),
-            ))
-        }
-        None => {
-            return Err(corrupt(
-                fetcher.loc().url_of(name),
-                format!("the file is missing (the header says it is {size} bytes)"),
-            ))
-        }
-    }
+    check_size(fetcher, name, size).await?;
     // A large index comes in parallel parts.
     let step = fetcher.opts().max_request_bytes.max(1);
     let parts = futures::future::try_join_all(
@@ -146,7 +135,7 @@ pub(super) async fn open_parts(
     let (index, index_sums, dict, attrs, ()) = futures::try_join!(
         async {
             if header.version >= 2 {
-                check_index_size(fetcher, header.index_size).await?;
+                check_size(fetcher, zrecord::INDEX_FILE, header.index_size).await?;
                 return Ok(RemoteIndex::OnDemand(header.index_size));
             }
             let whole = small(
