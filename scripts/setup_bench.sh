@@ -7,6 +7,8 @@
 #               matplotlib and what the dataset preparation needs.
 #   .venv-peer  the published loaderx 2.8.6 (and NumPy) that the bench scripts
 #               measure as "loaderx 2.8.6"; PEER_VENV picks another folder.
+#   .venv-engines  with ENGINES=1: MosaicML Streaming and LitData over .venv's
+#               packages, for scripts/bench_engine_write.py.
 # Running it again updates both; packages already installed are kept.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -27,6 +29,21 @@ if ! command -v nginx >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/d
 fi
 if ! command -v s3s-fs >/dev/null && [ ! -x "$HOME/.cargo/bin/s3s-fs" ]; then
     nice cargo install -q s3s-fs@0.14.1 --locked --features binary
+fi
+# .venv-engines (ENGINES=1): MosaicML Streaming and LitData for
+# scripts/bench_engine_write.py. Streaming pins an older NumPy, so they get a venv
+# of their own that sees .venv's packages (loaderx, pyspark, ...) after its own.
+if [ "${ENGINES:-0}" = 1 ]; then
+    eng=.venv-engines
+    [ -x "$eng/bin/python" ] || python3 -m venv "$eng"
+    "$eng/bin/python" -m pip install -q --upgrade pip
+    "$eng/bin/python" -m pip install -q "mosaicml-streaming==0.13.0" "litdata==0.2.76"
+    purelib='import sysconfig; print(sysconfig.get_paths()["purelib"])'
+    # addsitedir, not a bare path: .venv's own .pth files (loaderx's editable
+    # install among them) must be read too.
+    echo "import site; site.addsitedir('$(.venv/bin/python -c "$purelib")')" \
+        > "$("$eng/bin/python" -c "$purelib")/zz_loaderx_venv.pth"
+    echo "$eng: mosaicml-streaming, litdata, and .venv's packages after them"
 fi
 echo ".venv: loaderx from this checkout + [$EXTRAS] + benchmarks/; $peer: loaderx $("$peer/bin/python" -c \
     'import importlib.metadata as m; print(m.version("loaderx"))')"
