@@ -10,9 +10,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from .. import _native
-from .._schema import codec_problem
 from ..converter._arrow import field_types, is_string, require_pyarrow
-from ..converter._inputs import check_extra_attrs, plan_one
+from ..converter._inputs import check_codec_option, check_extra_attrs, plan_one
 from ..converter._plan import Plan
 from ..errors import InvalidArgumentError
 from ..zrecord._remote import url_text
@@ -79,12 +78,7 @@ def plan_job(
     lists of numbers, binary and strings (their UTF-8 bytes) Ragged ones, and
     `shapes` makes a list column Dense of that item shape."""
     require_pyarrow()
-    if not isinstance(codec, (str, Mapping)):
-        raise TypeError(f"codec takes a codec name or a dict of column to codec, not {codec!r}")
-    if isinstance(codec, str):
-        bad = codec_problem(codec)
-        if bad is not None:
-            raise InvalidArgumentError(bad)
+    check_codec_option(codec)
     shapes = dict(shapes or {})
     dictionaries = dict(dict_bytes or {})
     extra = check_extra_attrs(attrs)

@@ -210,6 +210,17 @@ def _retype(plan: Plan, dtype: object) -> str | None:
     return None
 
 
+def check_codec_option(codec: object) -> None:
+    """The ``codec=`` option: a codec name, checked at once, or a dict of column
+    to codec, whose names are checked per column with the other column options."""
+    if not isinstance(codec, (str, Mapping)):
+        raise TypeError(f"codec takes a codec name or a dict of column to codec, not {codec!r}")
+    if isinstance(codec, str):
+        bad = codec_problem(codec)
+        if bad is not None:
+            raise InvalidArgumentError(bad)
+
+
 def _codec_of(codec: str | Mapping[str, str], column: str) -> str | None:
     if isinstance(codec, str):
         return codec

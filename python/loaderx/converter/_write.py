@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import _native, errors
 from .. import progress as _progress
-from .._schema import MAX_DATA_SHARDS, check_int, codec_problem
+from .._schema import MAX_DATA_SHARDS, check_int
 from ..errors import InvalidArgumentError, StoreExistsError
 from ..utils import codec_advice
 from ..zrecord import Dense, DenseWriter, Ragged, RaggedBatch, RaggedWriter
@@ -21,7 +21,15 @@ from ..zrecord import open as open_store
 from ._arrow import batches, field_types, is_string, one_chunk, require_pyarrow
 from ._dictionary import train_dictionaries
 from ._hub import HUB_SOURCES
-from ._inputs import Split, check_extra_attrs, is_table, names_option, plan_splits, splits_of
+from ._inputs import (
+    Split,
+    check_codec_option,
+    check_extra_attrs,
+    is_table,
+    names_option,
+    plan_splits,
+    splits_of,
+)
 from ._plan import Plan
 from ._records import BATCH_ROWS, nbytes, records_of
 from ._report import CodecAdviceWarning, ColumnReport, Conversion, Layout
@@ -240,12 +248,7 @@ def convert(
     means the root WAS published (only syncing its parent directory failed); any
     other error means nothing was, and the build directory is gone."""
     require_pyarrow()
-    if not isinstance(codec, (str, Mapping)):
-        raise TypeError(f"codec takes a codec name or a dict of column to codec, not {codec!r}")
-    if isinstance(codec, str):
-        bad_codec = codec_problem(codec)
-        if bad_codec is not None:
-            raise InvalidArgumentError(bad_codec)
+    check_codec_option(codec)
     data_shards = check_int(data_shards, "data_shards", 1, MAX_DATA_SHARDS)
     splits = splits_of(dataset)
     from_table = is_table(dataset)
