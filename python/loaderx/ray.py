@@ -7,7 +7,6 @@ loaderx checkout."""
 
 from __future__ import annotations
 
-import importlib
 import os
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -16,23 +15,14 @@ from typing import TYPE_CHECKING, Any
 from ._engine._part import Part, write_part
 from ._engine._plan import Job, destination, plan_job
 from ._engine._publish import EngineWrite, run_job
-from .errors import InvalidArgumentError, MissingDependencyError
+from ._extras import require_extra
+from .errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from ray.data import Dataset
 
 __all__ = ["EngineWrite", "write"]
-
-
-def _require_ray() -> None:
-    try:
-        importlib.import_module("ray.data")
-    except ImportError as e:  # pragma: no cover - the ray extra has it
-        raise MissingDependencyError(
-            "loaderx.ray needs ray: run `pip install -e '.[ray]'` in the loaderx checkout",
-            name="ray",
-        ) from e
 
 
 def _arrow_batches(blocks: Iterable[Any]) -> Iterator[pa.RecordBatch]:
@@ -83,7 +73,7 @@ def write(
     its own attempt, renamed into place once complete; the driver publishes, per
     column, the one part Ray reports for each task, and a failed write
     publishes nothing. `root` may be a URL, as for ``loaderx.spark.write``."""
-    _require_ray()
+    require_extra("ray.data", "loaderx.ray needs ray", "ray")
     dest = destination(root, storage_options)
     schema = dataset.schema(fetch_if_missing=True)
     base = getattr(schema, "base_schema", None)

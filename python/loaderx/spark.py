@@ -7,7 +7,6 @@ Needs the ``spark`` extra (``pyspark``, which needs Java 17): run
 
 from __future__ import annotations
 
-import importlib
 import os
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -16,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ._engine._part import Part, write_part
 from ._engine._plan import Job, destination, plan_job
 from ._engine._publish import EngineWrite, run_job
-from .errors import MissingDependencyError
+from ._extras import require_extra
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -26,17 +25,6 @@ __all__ = ["EngineWrite", "write"]
 
 #: The schema of what each task returns to the driver: its committed part.
 _RESULT_SCHEMA = "partition long, name string, records long"
-
-
-def _require_pyspark() -> None:
-    try:
-        importlib.import_module("pyspark.sql")
-    except ImportError as e:  # pragma: no cover - the spark extra has it
-        raise MissingDependencyError(
-            "loaderx.spark needs pyspark: run `pip install -e '.[spark]'` in the loaderx "
-            "checkout (pyspark needs Java 17)",
-            name="pyspark",
-        ) from e
 
 
 def _task(job: Job) -> Any:
@@ -92,7 +80,7 @@ def write(
     ``root/<column>`` by having the object storage copy the parts' data files
     (no data byte passes through the driver), every column's header last; the
     parts' prefix is removed whatever happens."""
-    _require_pyspark()
+    require_extra("pyspark.sql", "loaderx.spark needs pyspark", "spark", " (pyspark needs Java 17)")
     from pyspark.sql.pandas.types import to_arrow_schema
 
     dest = destination(root, storage_options)

@@ -4,13 +4,12 @@ these protocols."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Protocol, cast
 
 import numpy as np
 
-from ..errors import MissingDependencyError
+from .._extras import require_extra
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -58,14 +57,7 @@ class ExtensionArray(Array, Protocol):
 
 def require_pyarrow() -> None:
     """Imports pyarrow, or says which extra provides it."""
-    try:
-        importlib.import_module("pyarrow.compute")  # and with it pyarrow
-    except ImportError as e:  # pragma: no cover - the converter extra has it
-        raise MissingDependencyError(
-            "convert needs pyarrow and datasets: run `pip install -e '.[converter]'` in "
-            "the loaderx checkout",
-            name="pyarrow",
-        ) from e
+    require_extra("pyarrow.compute", "convert needs pyarrow and datasets", "converter")
 
 
 def is_number(t: pa.DataType) -> bool:
