@@ -45,7 +45,17 @@ Parts: TypeAlias = "list[dict[str, B | Later[B]]]"
 class Begun(Generic[B]):
     """A step drawn and begun under the draw lock, not yet completed."""
 
-    __slots__ = ("draw_ns", "end_ns", "error", "gather_ns", "info", "parts", "step", "waits")
+    __slots__ = (
+        "draw_ns",
+        "end_ns",
+        "error",
+        "gather_ns",
+        "info",
+        "later",
+        "parts",
+        "step",
+        "waits",
+    )
 
     def __init__(
         self,
@@ -53,28 +63,27 @@ class Begun(Generic[B]):
         parts: Parts[B] | None = None,
         info: StepInfo | None = None,
         error: BaseException | None = None,
-        waits: bool = False,
     ) -> None:
         self.step, self.parts, self.info, self.error = step, parts, info, error
-        self.waits = waits  # some of its reads are still under way
+        # Its reads still under way, found once: the consumer asks whether they
+        # are ready at every step.
+        self.later: list[Later[B]] = [
+            cast("Later[B]", v)
+            for shard in parts or ()
+            for v in shard.values()
+            if isinstance(v, Later)
+        ]
+        self.waits = bool(self.later)
         self.draw_ns = self.gather_ns = self.end_ns = 0
 
     def cancel(self) -> None:
         """Stops the reads still under way that can be stopped."""
-        for v in self.later():
+        for v in self.later:
             v.cancel()
-
-    def later(self) -> list[Later[B]]:
-        return [
-            cast("Later[B]", v)
-            for shard in self.parts or ()
-            for v in shard.values()
-            if isinstance(v, Later)
-        ]
 
     def ready(self) -> bool:
         """Whether completing it would not wait."""
-        return self.error is not None or all(v.ready for v in self.later())
+        return self.error is not None or all(v.ready for v in self.later)
 
 
 # A step's time in each of STAGES, in nanoseconds; -1 for a stage it did not have.

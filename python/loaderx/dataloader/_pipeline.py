@@ -184,7 +184,6 @@ class Pipeline(Generic[B, T]):
         # bindings' parts of it.
         positions = cast("Positions", idx[offset:stop])
         parts: Parts[B] = []
-        waits = False
         streams = self.streams
         for i in range(k):
             shard: dict[str, B | Later[B]] = {}
@@ -201,7 +200,6 @@ class Pipeline(Generic[B, T]):
                     shard[name] = readers[i].gather(pos)
                 else:
                     shard[name] = Later(later)
-                    waits = True
             parts.append(shard)
         info = None
         if self.with_step:
@@ -219,7 +217,7 @@ class Pipeline(Generic[B, T]):
                 process_count=n,
                 pack_offsets=None if packs is None else packs.offsets,
             )
-        return Begun(step, parts, info, waits=waits)
+        return Begun(step, parts, info)
 
     def completed(self, item: Begun[B]) -> Shards[B]:
         """The step's shards, once every read it began is in. close() cancels
@@ -457,7 +455,7 @@ class Pipeline(Generic[B, T]):
             raise item.error
         shards = self.completed(item)
         end = time.perf_counter_ns()
-        gather = sum(v.work_ns for v in item.later())
+        gather = sum(v.work_ns for v in item.later)
         nbytes = batch_bytes(cast("list[dict[str, object]]", shards))
         return Step(
             cast("T", shards), times=(item.draw_ns, gather, -1, -1), nbytes=nbytes, end_ns=end
