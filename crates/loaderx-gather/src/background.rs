@@ -16,6 +16,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::per_process::PerProcess;
 use crate::source::{Begun, Records};
 use crate::threads::spin_until;
 
@@ -64,7 +65,7 @@ struct Queue {
     parked: AtomicBool,
 }
 
-static QUEUE: Mutex<Option<(u32, Arc<Queue>)>> = Mutex::new(None);
+static QUEUE: PerProcess<Queue> = PerProcess::new();
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -72,31 +73,22 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// This process's queue, with its thread started.
 fn queue() -> Result<Arc<Queue>> {
-    let pid = std::process::id();
-    let mut guard = lock(&QUEUE);
-    if let Some((owner, queue)) = guard.as_ref() {
-        if *owner == pid {
-            return Ok(queue.clone());
-        }
-    }
-    // None yet, or inherited through fork with no thread behind it: forgotten
-    // rather than dropped, in case a lock inside was held at the fork.
-    if let Some(old) = guard.take() {
-        std::mem::forget(old);
-    }
-    let queue = Arc::new(Queue {
-        slots: Mutex::new(VecDeque::new()),
-        added: Condvar::new(),
-        queued: AtomicUsize::new(0),
-        parked: AtomicBool::new(false),
-    });
-    let q = queue.clone();
-    std::thread::Builder::new()
-        .name("loaderx-ahead".to_string())
-        .spawn(move || run(&q))
-        .map_err(|e| Error::internal(format!("cannot start the background gather thread: {e}")))?;
-    *guard = Some((pid, queue.clone()));
-    Ok(queue)
+    QUEUE.get(|| {
+        let queue = Arc::new(Queue {
+            slots: Mutex::new(VecDeque::new()),
+            added: Condvar::new(),
+            queued: AtomicUsize::new(0),
+            parked: AtomicBool::new(false),
+        });
+        let q = queue.clone();
+        std::thread::Builder::new()
+            .name("loaderx-ahead".to_string())
+            .spawn(move || run(&q))
+            .map_err(|e| {
+                Error::internal(format!("cannot start the background gather thread: {e}"))
+            })?;
+        Ok(queue)
+    })
 }
 
 fn run(queue: &Queue) {

@@ -17,6 +17,7 @@ mod allocator;
 pub mod background;
 mod device;
 mod error;
+mod per_process;
 mod pool;
 mod source;
 pub mod threads;
@@ -24,6 +25,7 @@ pub mod threads;
 pub use allocator::Allocator;
 pub use device::{Api, DeviceKind, Runtime, DL_CUDA, DL_ROCM};
 pub use error::{Error, Result};
+pub use per_process::PerProcess;
 pub use pool::{
     size_class, Backing, Block, HostMemory, Pool, PoolStats, DEFAULT_IDLE_LIMIT, DL_CPU,
 };

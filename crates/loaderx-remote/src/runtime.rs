@@ -5,16 +5,16 @@
 
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use loaderx_gather::{Error, Result};
+use loaderx_gather::{Error, PerProcess, Result};
 use tokio::runtime::Runtime;
 
 /// Threads that drive requests. They only wait on sockets; decoding runs on the
 /// gather engine's threads once the bytes are in.
 const IO_THREADS: usize = 2;
 
-static RUNTIME: Mutex<Option<(u32, Arc<Runtime>)>> = Mutex::new(None);
+static RUNTIME: PerProcess<Runtime> = PerProcess::new();
 
 /// The process's id, for telling a forked child from its parent.
 pub(crate) fn pid() -> u32 {
@@ -22,24 +22,15 @@ pub(crate) fn pid() -> u32 {
 }
 
 fn runtime() -> Result<Arc<Runtime>> {
-    let mut guard = RUNTIME.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((owner, rt)) = guard.as_ref() {
-        if *owner == pid() {
-            return Ok(rt.clone());
-        }
-    }
-    if let Some(old) = guard.take() {
-        std::mem::forget(old);
-    }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(IO_THREADS)
-        .thread_name("loaderx-io")
-        .enable_all()
-        .build()
-        .map_err(|e| Error::io("tokio runtime", e))?;
-    let rt = Arc::new(rt);
-    *guard = Some((pid(), rt.clone()));
-    Ok(rt)
+    RUNTIME.get(|| {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(IO_THREADS)
+            .thread_name("loaderx-io")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::io("tokio runtime", e))?;
+        Ok(Arc::new(rt))
+    })
 }
 
 /// Starts `fut` on the process's runtime and returns at once; awaiting (or
