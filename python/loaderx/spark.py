@@ -78,8 +78,9 @@ def write(
     as for ``Dense.open``): each task uploads its part under a hidden prefix
     beside the result, and the driver publishes each column at
     ``root/<column>`` by having the object storage copy the parts' data files
-    (no data byte passes through the driver), every column's header last; the
-    parts' prefix is removed whatever happens."""
+    (no data byte passes through the driver), every column's header last; a
+    publish that fails removes every header and file it wrote, so no column is
+    published unless all are. The parts' prefix is removed whatever happens."""
     require_extra("pyspark.sql", "loaderx.spark needs pyspark", "spark", " (pyspark needs Java 17)")
     from pyspark.sql.pandas.types import to_arrow_schema
 

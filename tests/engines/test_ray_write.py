@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 from engine_reference import DICT, SHAPES, assert_same_stores, bucket_keys, reference, table
 
+from loaderx import errors
 from loaderx.zrecord import Dense, clean
 
 pytest.importorskip("ray.data")
@@ -119,3 +120,28 @@ def test_writing_to_a_file_url(tmp_path):
     assert report.records == 20
     assert_same_stores(str(tmp_path / "got"), str(tmp_path / "want"), COLUMNS)
     assert sorted(os.listdir(tmp_path)) == ["got", "want"]
+
+
+def files_under(root) -> list[str]:
+    """Every file and directory under `root`, relative, directories with a '/'."""
+    out = []
+    for d, dirs, files in os.walk(root):
+        rel = os.path.relpath(d, root)
+        out += [os.path.normpath(os.path.join(rel, n)) + "/" for n in dirs]
+        out += [os.path.normpath(os.path.join(rel, n)) for n in files]
+    return sorted(out)
+
+
+def test_a_publish_failing_at_the_last_header_leaves_no_column(tmp_path):
+    t = table(20, seed=13)
+    root = tmp_path / "got"
+    # The last column's header cannot be written (a directory holds its name),
+    # so every other column's header is written before the failure.
+    (root / "text" / "header.bin").mkdir(parents=True)
+    with pytest.raises(errors.StorageError, match=r"text/header\.bin: uploading failed"):
+        loaderx.ray.write(dataset(t, 2), f"file://{root}", codec="zstd", shapes=SHAPES)
+    # No column store and no file of one: only the directory put in the way.
+    assert files_under(root) == ["text/", "text/header.bin/"]
+    (root / "text" / "header.bin").rmdir()
+    report = loaderx.ray.write(dataset(t, 2), f"file://{root}", codec="zstd", shapes=SHAPES)
+    assert report.records == 20

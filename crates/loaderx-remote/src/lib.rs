@@ -24,7 +24,8 @@
 //!   store's identity, shared safely by several processes.
 //! * [`upload`]: a published local store into object storage, header last.
 //! * [`concat_remote`]: stores published from part stores already in object
-//!   storage, their data files copied by the storage itself, headers last.
+//!   storage, their data files copied by the storage itself, headers last,
+//!   all or none; and an engine job's prefix: its heartbeat, cleaning it.
 //!
 //! Requests run on one lazily created tokio runtime per process, rebuilt in a
 //! forked child, as the gather engine's threads are.
@@ -35,6 +36,7 @@ mod cache;
 mod cause;
 mod fetch;
 mod index;
+mod jobs;
 mod key;
 mod location;
 mod options;
@@ -45,12 +47,13 @@ mod upload;
 
 pub use cache::{Cache, DEFAULT_CACHE_BLOCK_BYTES, DEFAULT_CACHE_MAX_BYTES};
 pub use index::DEFAULT_INDEX_MEMORY_BYTES;
+pub use jobs::remove_prefix;
 pub use loaderx_gather::{Error, Result};
 pub use location::{is_url, Location};
 pub use options::{
     FetchOptions, OptionValue, SplitOptions, DEFAULT_DEADLINE, DEFAULT_FIRST_BYTE_TIMEOUT,
     DEFAULT_MAX_CONCURRENCY, LOADERX_OPTIONS, MAX_BACKOFF, MAX_CONCURRENCY, MAX_RETRIES,
 };
-pub use publish::{concat_remote, remove_prefix, RemoteConcat};
+pub use publish::{concat_remote, RemoteConcat};
 pub use store::{Canceller, Pending, RemoteStore};
 pub use upload::upload;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
 use loaderx_gather::{Error, Result};
+use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use xxhash_rust::xxh3::xxh3_64;
 use zrecord::{Entry, Header, IndexSums, Kind, Schema};
@@ -45,7 +46,7 @@ struct Staged {
     records: u64,
 }
 
-fn storage(url: String, what: &str, e: &object_store::Error) -> Error {
+pub(crate) fn storage(url: String, what: &str, e: &object_store::Error) -> Error {
     Error::Storage {
         url,
         msg: format!("{what} failed: {}", crate::cause::describe(e)),
@@ -149,15 +150,13 @@ async fn stage(
     job: &RemoteConcat,
     options: &[(String, OptionValue)],
     concurrency: usize,
+    written: &mut Written,
 ) -> Result<Staged> {
     let (dest, _) = Location::parse(&job.dest, options)?;
-    if client
-        .head(&dest.path_of(zrecord::HEADER_FILE))
-        .await
-        .is_ok()
-    {
+    if crate::jobs::first_object(client, &dest).await?.is_some() {
         return Err(Error::Exists(dest.url().to_string()));
     }
+    written.dirs.extend(dest.local_dir());
     let parts = futures::stream::iter(job.parts.iter().map(|url| async move {
         let (loc, _) = Location::parse(url, options)?;
         read_part(client, loc).await
@@ -215,6 +214,7 @@ async fn stage(
                 dest.path_of(&to),
                 dest.url_of(&to),
             ));
+            written.files.push(dest.path_of(&to));
             sizes.push(size);
         }
     }
@@ -237,8 +237,9 @@ async fn stage(
     let mut sums = IndexSums::default();
     sums.update(&index);
     let sums = sums.finish();
-    let put = |name: &'static str, bytes: Vec<u8>| {
+    let mut put = |name: &'static str, bytes: Vec<u8>| {
         let dest = &dest;
+        written.files.push(dest.path_of(name));
         async move {
             client
                 .put(&dest.path_of(name), PutPayload::from(bytes))
@@ -283,11 +284,24 @@ async fn stage(
     })
 }
 
-/// Publishes every store of `jobs`: all their other files first, then all their
-/// headers, so that a failure before the headers leaves no store (a reader
-/// opens a store by its header). Returns each result's record count. The parts
-/// and the results must be in one bucket (or one `file://` filesystem): a copy
-/// is made by the object storage, never through this process.
+/// What a publish has written, or begun to write: removed again, headers
+/// first, when it fails.
+#[derive(Default)]
+struct Written {
+    headers: Vec<ObjectPath>,
+    files: Vec<ObjectPath>,
+    /// The `file://` directories of the results, removed once empty.
+    dirs: Vec<std::path::PathBuf>,
+}
+
+/// Publishes every store of `jobs`, all or none: all their other files first,
+/// then all their headers (a reader opens a store by its header). On any
+/// failure, the headers already written are removed, then every other file the
+/// publish wrote, before the error is returned: no result is left, whole or
+/// partial. A destination with any object under it is refused. Returns each
+/// result's record count. The parts and the results must be in one bucket (or
+/// one `file://` filesystem): a copy is made by the object storage, never
+/// through this process.
 pub fn concat_remote(
     root: &str,
     jobs: &[RemoteConcat],
@@ -304,61 +318,73 @@ pub fn concat_remote(
         }
     }
     block_on(async {
-        let mut staged = Vec::with_capacity(jobs.len());
-        for job in jobs {
-            staged.push(stage(&client, job, options, opts.max_concurrency).await?);
+        let mut written = Written::default();
+        let published = publish_all(&client, jobs, options, &opts, &mut written).await;
+        match published {
+            Ok(records) => Ok(records),
+            Err(e) => match roll_back(&client, &written, opts.max_concurrency).await {
+                Ok(()) => Err(e),
+                Err(left) => Err(Error::Storage {
+                    url: loc.url().to_string(),
+                    msg: format!(
+                        "{e}; removing what the failed publish had written failed too, so \
+                         objects of it remain: {left}"
+                    ),
+                }),
+            },
         }
-        let mut records = Vec::with_capacity(staged.len());
-        for s in staged {
-            client
-                .put(
-                    &s.loc.path_of(zrecord::HEADER_FILE),
-                    PutPayload::from(s.header),
-                )
-                .await
-                .map_err(|e| storage(s.loc.url_of(zrecord::HEADER_FILE), "uploading", &e))?;
-            records.push(s.records);
-        }
-        Ok(records)
     })
 }
 
-/// Removes every object under `url` (a prefix), as a failed or finished job
-/// removes its parts, and for `file://` the directory itself; returns how many
-/// objects there were.
-pub fn remove_prefix(url: &str, options: &[(String, OptionValue)]) -> Result<u64> {
-    let (loc, opts) = Location::parse(url, options)?;
-    let client = loc.client(opts.retries as usize)?;
-    let prefix = loc.prefix().clone();
-    block_on(async {
-        let listed = client
-            .list(Some(&prefix))
-            .map_ok(|m| m.location)
-            .try_collect::<Vec<_>>()
+async fn publish_all(
+    client: &Arc<dyn ObjectStore>,
+    jobs: &[RemoteConcat],
+    options: &[(String, OptionValue)],
+    opts: &crate::options::FetchOptions,
+    written: &mut Written,
+) -> Result<Vec<u64>> {
+    let mut staged = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        staged.push(stage(client, job, options, opts.max_concurrency, written).await?);
+    }
+    let mut records = Vec::with_capacity(staged.len());
+    for s in staged {
+        let path = s.loc.path_of(zrecord::HEADER_FILE);
+        written.headers.push(path.clone());
+        client
+            .put(&path, PutPayload::from(s.header))
             .await
-            .map_err(|e| storage(loc.url().to_string(), "listing", &e))?;
-        let n = listed.len() as u64;
-        futures::stream::iter(listed.into_iter().map(|p| {
-            let client = &client;
-            async move {
-                match client.delete(&p).await {
-                    Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-                    Err(e) => Err(storage(format!("{p}"), "removing", &e)),
-                }
-            }
-        }))
-        .buffer_unordered(opts.max_concurrency)
+            .map_err(|e| storage(s.loc.url_of(zrecord::HEADER_FILE), "uploading", &e))?;
+        records.push(s.records);
+    }
+    Ok(records)
+}
+
+/// Removes what a failed publish wrote: every header first, one at a time, so
+/// that no result stays open to readers while the rest goes; then every other
+/// file; then the results' `file://` directories if nothing else is in them.
+async fn roll_back(
+    client: &Arc<dyn ObjectStore>,
+    written: &Written,
+    concurrency: usize,
+) -> Result<()> {
+    for path in &written.headers {
+        crate::jobs::delete(client, path).await?;
+    }
+    futures::stream::iter(written.files.iter().map(|p| crate::jobs::delete(client, p)))
+        .buffer_unordered(concurrency)
         .try_collect::<Vec<()>>()
         .await?;
-        // A filesystem keeps the directories its objects were in; they hold
-        // nothing now.
-        if let Some(dir) = loc.local_dir() {
-            match std::fs::remove_dir_all(&dir) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io(dir, e)),
-            }
+    for dir in &written.dirs {
+        match std::fs::remove_dir(dir) {
+            Ok(()) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::DirectoryNotEmpty
+                ) => {}
+            Err(e) => return Err(Error::io(dir, e)),
         }
-        Ok(n)
-    })
+    }
+    Ok(())
 }

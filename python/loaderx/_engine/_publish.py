@@ -133,7 +133,8 @@ def remote_build(job: Job) -> Generator[None]:
 
 def publish_remote(job: Job, parts: list[Part]) -> EngineWrite:
     """Publishes each column's store from its parts in object storage: data
-    files copied by the storage, indexes rewritten, every header last."""
+    files copied by the storage, indexes rewritten, every header last; all
+    columns or none."""
     used = [p for p in parts if p.records]
     total = sum(p.records for p in parts)
     if not used:
