@@ -75,8 +75,9 @@ def write(
     failed job publishes nothing and removes its build directory.
 
     `root` may be a URL (``s3://``, ``gs://``, ``file://``...; `storage_options`
-    as for ``Dense.open``): each task uploads its part under a hidden prefix
-    beside the result, and the driver publishes each column at
+    as for ``Dense.open``; no ``root/<column>`` may hold any object yet, which
+    is checked before any task runs): each task uploads its part under a
+    hidden prefix beside the result, and the driver publishes each column at
     ``root/<column>`` by having the object storage copy the parts' data files
     (no data byte passes through the driver), every column's header last; a
     publish that fails removes every header and file it wrote, so no column is

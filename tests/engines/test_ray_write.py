@@ -120,6 +120,13 @@ def test_writing_to_a_file_url(tmp_path):
     assert report.records == 20
     assert_same_stores(str(tmp_path / "got"), str(tmp_path / "want"), COLUMNS)
     assert sorted(os.listdir(tmp_path)) == ["got", "want"]
+    before = files_under(tmp_path / "got")
+    # A second write there is refused (the Spark tests show no task runs), and
+    # the stores are left as they were.
+    with pytest.raises(errors.StoreExistsError, match=r"got/id, .*got/text: already there"):
+        loaderx.ray.write(dataset(t, 2), f"file://{tmp_path}/got", codec="zstd", shapes=SHAPES)
+    assert sorted(os.listdir(tmp_path)) == ["got", "want"]
+    assert files_under(tmp_path / "got") == before
 
 
 def files_under(root) -> list[str]:

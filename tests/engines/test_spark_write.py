@@ -194,9 +194,18 @@ def test_writing_into_s3_reads_back_exact_values(spark, tmp_path, moto_s3, s3_bu
     keys = bucket_keys(moto_s3, s3_bucket)
     assert {k.split("/")[1] for k in keys} == set(COLUMNS)
     assert len(keys) == len(COLUMNS) * 8  # header, index, index.sum, attrs, 4 data files
-    with pytest.raises(errors.StoreExistsError):
-        loaderx.spark.write(
-            frame(spark, t, 2), url, codec="zstd", shapes=SHAPES, storage_options=opts
-        )
+    # Writing there again is refused before any task runs: no task marks it ran.
+    from pyspark.sql.functions import col, udf
+
+    ran = tmp_path / "ran"
+
+    @udf("long")
+    def mark(i):
+        ran.touch()
+        return i
+
+    again = frame(spark, t, 2).withColumn("id", mark(col("id")))
+    with pytest.raises(errors.StoreExistsError, match=r"/corpus/id, .*/corpus/text: already there"):
+        loaderx.spark.write(again, url, codec="zstd", shapes=SHAPES, storage_options=opts)
     assert bucket_keys(moto_s3, s3_bucket) == keys
     assert os.listdir(tmp_path) == ["want"]

@@ -411,6 +411,19 @@ pub fn concat_urls(
         .py_err()
 }
 
+/// The URLs among `urls` (under `root`) with any object under them.
+#[pyfunction]
+pub fn occupied(
+    py: Python<'_>,
+    root: String,
+    urls: Vec<String>,
+    options: &Bound<'_, PyAny>,
+) -> PyResult<Vec<String>> {
+    let options = storage_options(options)?;
+    py.detach(|| loaderx_remote::occupied(&root, &urls, &options))
+        .py_err()
+}
+
 /// Removes every object under the prefix `url`; returns how many there were.
 #[pyfunction]
 pub fn remove_prefix(py: Python<'_>, url: String, options: &Bound<'_, PyAny>) -> PyResult<u64> {

@@ -39,6 +39,27 @@ pub(crate) async fn delete(client: &Arc<dyn ObjectStore>, path: &Path) -> Result
     }
 }
 
+/// The URLs among `urls` (each under `root`) with any object under them: the
+/// results an engine write refuses before any task runs.
+pub fn occupied(
+    root: &str,
+    urls: &[String],
+    options: &[(String, OptionValue)],
+) -> Result<Vec<String>> {
+    let (loc, opts) = Location::parse(root, options)?;
+    let client = loc.client(opts.retries as usize)?;
+    block_on(async {
+        let mut out = Vec::new();
+        for url in urls {
+            let (dest, _) = Location::parse(url, options)?;
+            if first_object(&client, &dest).await?.is_some() {
+                out.push(url.clone());
+            }
+        }
+        Ok(out)
+    })
+}
+
 async fn remove_all(
     client: &Arc<dyn ObjectStore>,
     loc: &Location,

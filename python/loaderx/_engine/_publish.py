@@ -161,11 +161,24 @@ def publish_remote(job: Job, parts: list[Part]) -> EngineWrite:
     return EngineWrite(job.dest, job.columns, total, len(parts), len(used))
 
 
+def refuse_existing(job: Job) -> None:
+    """Refuses, before any task runs, a result with anything already at any
+    column's ``root/<column>``."""
+    taken = _native.occupied(job.dest, [f"{job.dest}/{c}" for c in job.columns], _options(job))
+    if taken:
+        raise StoreExistsError(
+            f"{', '.join(taken)}: already there (objects under it); a write makes new stores, "
+            "and nothing was written"
+        )
+
+
 def run_job(job: Job, run: Callable[[], Iterable[Part]]) -> EngineWrite:
     """Runs the engine's tasks (`run`, which returns the part each partition
     committed) and publishes their parts, locally or in object storage; a
-    failure anywhere publishes nothing and leaves no parts behind."""
+    failure anywhere publishes nothing and leaves no parts behind. A result
+    already there is refused before any task runs."""
     if job.remote:
+        refuse_existing(job)
         with remote_build(job):
             return publish_remote(job, chosen_parts(run()))
     with local_build(job.dest) as (build, job.parts):
