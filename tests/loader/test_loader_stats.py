@@ -160,21 +160,23 @@ def test_bytes_fetched_and_read_from_the_cache_are_the_stores_traffic(tmp_path, 
     url, cache = range_server.url + "/s", Cache(tmp_path / "cache", block_bytes=64 * 1024)
 
     def run(reader):
-        # No workers: nothing is fetched ahead of the steps delivered.
+        # No workers, and no read-ahead: nothing is fetched ahead of the steps
+        # delivered.
         s = Sampler(len(reader), 64, Sampler.Mode.IID, seed=3)
         with Loader({"x": [reader, reader]}, s, workers=0) as loader:
             for _ in range(10):
                 loader.next()
             return loader.stats()
 
-    cold = Dense.open(url, storage_options=HTTP_STORAGE_OPTIONS, cache=cache)
+    options = {**HTTP_STORAGE_OPTIONS, "read_ahead_bytes": 0}
+    cold = Dense.open(url, storage_options=options, cache=cache)
     range_server.reset_counts()
     st = run(cold)
     assert st["bytes_fetched"] == range_server.body_bytes() > st["bytes_gathered"] == 10 * 64 * 1024
     # Later steps find some of the blocks earlier ones fetched.
     assert 0 <= st["bytes_from_cache"] < st["bytes_gathered"]
     assert cold.traffic().fetched >= st["bytes_fetched"]
-    warm = Dense.open(url, storage_options=HTTP_STORAGE_OPTIONS, cache=cache)
+    warm = Dense.open(url, storage_options=options, cache=cache)
     range_server.reset_counts()
     st = run(warm)
     assert st["bytes_fetched"] == range_server.body_bytes() == 0

@@ -70,6 +70,19 @@ pub trait RecordSource: Send + Sync + 'static {
         background::begin(n, Box::new(move || self.records(&idx, &allocator)))
     }
 
+    /// Begins fetching, in the background, what a gather of `idx` soon will
+    /// need, without waiting and without changing what any gather returns.
+    /// `false` says the source holds as much fetched ahead as it may, and did
+    /// nothing (the caller tries again later); `true` that it began, or had
+    /// nothing to do, as a local store never has.
+    fn warm(&self, _idx: &[u64]) -> Result<bool> {
+        Ok(true)
+    }
+
+    /// Stops what [`RecordSource::warm`] began and forgets what it fetched
+    /// ahead (which stays wherever it was kept).
+    fn cancel_warm(&self) {}
+
     /// The part of a verify that is not per record: the whole index against its
     /// checksum, and every data file at the header's size.
     fn verify_files(&self) -> Result<()>;

@@ -304,6 +304,22 @@ impl PyStore {
         Ok(PyPending { begun })
     }
 
+    /// Begins fetching, in the background, what a gather of the records at
+    /// `idx` will need (a remote store's index and data blocks, into memory and
+    /// its cache), and returns at once; what any gather returns is unchanged.
+    /// False when the blocks fetched ahead and not yet used fill the store's
+    /// `read_ahead_bytes` and nothing was begun; true otherwise, and always
+    /// for a local store, which has nothing to fetch.
+    fn warm(&self, py: Python<'_>, idx: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let idx = positions(idx, self.info().len())?;
+        py.detach(|| self.source.warm(&idx)).py_err()
+    }
+
+    /// Stops what `warm` began and frees its budget.
+    fn cancel_warm(&self) {
+        self.source.cancel_warm();
+    }
+
     /// A begun Dense gather as one `(n, *item_shape)` tensor.
     fn finish_dense(&self, py: Python<'_>, pending: PyRef<'_, PyPending>) -> PyResult<DLTensor> {
         self.check_kind(Kind::Dense)?;

@@ -385,6 +385,19 @@ impl Cache {
         Some(out)
     }
 
+    /// Whether the cache holds block `block` of `file` whole (`len` bytes),
+    /// without reading it: what read-ahead skips.
+    pub(crate) fn holds(&self, store: u64, file: &str, block: u64, len: u64) -> bool {
+        let key = (store, file.to_string(), block);
+        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.get(&key).is_some_and(|k| k.bytes.len() as u64 == len) {
+            return true;
+        }
+        drop(kept);
+        fs::symlink_metadata(self.block_path(store, file, block))
+            .is_ok_and(|m| m.is_file() && m.len() == len)
+    }
+
     /// The block `key` if this cache keeps it in memory. Every `TOUCH_AFTER`
     /// its file's time is refreshed, so that every process's eviction sees it
     /// in use; a file gone meanwhile (another process evicted it) drops the

@@ -193,6 +193,11 @@ impl Failure {
 }
 
 tokio::task_local! {
+    /// Set in a task that reads ahead ([`Fetcher::ahead`]).
+    static AHEAD: ();
+}
+
+tokio::task_local! {
     /// When the operation (an open, a gather, a step of a verify) that the
     /// requests of this task belong to must end; see [`Fetcher::bounded`].
     static DEADLINE: Instant;
@@ -343,6 +348,10 @@ pub(crate) struct Fetcher {
     loc: Location,
     opts: FetchOptions,
     permits: Semaphore,
+    /// Held by a read-ahead request besides one of `permits`, taken first: at
+    /// most half the store's requests in flight read ahead, so that a gather
+    /// never waits behind more than that many.
+    ahead_permits: Semaphore,
     blocks: Mutex<HashMap<BlockKey, Arc<Semaphore>>>,
     /// Whether a request to the store has succeeded: until one has, a refused
     /// connection is not retried.
@@ -436,6 +445,7 @@ impl Fetcher {
             loc: loc.clone(),
             opts: opts.clone(),
             permits: Semaphore::new(opts.max_concurrency),
+            ahead_permits: Semaphore::new(opts.max_concurrency.div_ceil(2)),
             blocks: Mutex::new(HashMap::new()),
             answered: AtomicBool::new(false),
             traffic: Traffic::default(),
@@ -457,6 +467,11 @@ impl Fetcher {
         DEADLINE
             .scope(after(Instant::now(), self.opts.deadline), op)
             .await
+    }
+
+    /// Runs `op` as read-ahead: its requests yield to gathers ([`Fetcher::ahead_permits`]).
+    pub async fn ahead<T>(&self, op: impl Future<Output = T>) -> T {
+        AHEAD.scope((), op).await
     }
 
     fn tries(&self) -> Tries<'_> {
@@ -509,10 +524,12 @@ impl Fetcher {
             .run(name, &what, |until| {
                 let (path, range) = (&path, range.clone());
                 async move {
-                    let _permit =
-                        self.permits.acquire().await.map_err(|_| {
-                            Failure::Transient("the request budget was closed".into())
-                        })?;
+                    let closed = |_| Failure::Transient("the request budget was closed".into());
+                    let _ahead = match AHEAD.try_with(|_| ()) {
+                        Ok(()) => Some(self.ahead_permits.acquire().await.map_err(closed)?),
+                        Err(_) => None,
+                    };
+                    let _permit = self.permits.acquire().await.map_err(closed)?;
                     attempt(&self.client, path, range, &self.opts, until).await
                 }
             })

@@ -113,6 +113,12 @@ impl Memory {
         Some(block)
     }
 
+    /// Whether memory holds block `b`, without marking it used.
+    pub fn contains(&self, b: usize) -> bool {
+        let lru = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        lru.blocks.contains_key(&b)
+    }
+
     /// Keeps `block`, dropping the least recently used past the budget.
     pub fn put(&self, block: Block) {
         let n = block.bytes().len() as u64;
@@ -148,7 +154,7 @@ impl Memory {
 
 /// The file number index blocks go by in the fetcher's table of blocks being
 /// fetched, which no data file has (a store has at most 255).
-const INDEX_KEY: usize = usize::MAX;
+pub(crate) const INDEX_KEY: usize = usize::MAX;
 
 /// What fetches a store's index blocks: its metadata, fetcher, cache and memory.
 pub(crate) struct Blocks<'a, I> {

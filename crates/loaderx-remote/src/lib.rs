@@ -52,7 +52,8 @@ pub use loaderx_gather::{Error, Result};
 pub use location::{is_url, Location};
 pub use options::{
     FetchOptions, OptionValue, SplitOptions, DEFAULT_DEADLINE, DEFAULT_FIRST_BYTE_TIMEOUT,
-    DEFAULT_MAX_CONCURRENCY, LOADERX_OPTIONS, MAX_BACKOFF, MAX_CONCURRENCY, MAX_RETRIES,
+    DEFAULT_MAX_CONCURRENCY, DEFAULT_READ_AHEAD_BYTES, LOADERX_OPTIONS, MAX_BACKOFF,
+    MAX_CONCURRENCY, MAX_RETRIES,
 };
 pub use publish::{concat_remote, RemoteConcat};
 pub use store::{Canceller, Pending, RemoteStore};

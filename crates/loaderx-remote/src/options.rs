@@ -139,7 +139,7 @@ const CLIENT_DURATIONS: [&str; 6] = [
 
 /// The storage options loaderx reads itself rather than passing to
 /// `object_store`: `from_env` and the [`FetchOptions`].
-pub const LOADERX_OPTIONS: [&str; 10] = [
+pub const LOADERX_OPTIONS: [&str; 11] = [
     "from_env",
     "max_concurrency",
     "coalesce_gap",
@@ -150,6 +150,7 @@ pub const LOADERX_OPTIONS: [&str; 10] = [
     "index_memory_bytes",
     "first_byte_timeout",
     "deadline",
+    "read_ahead_bytes",
 ];
 
 /// How a remote store fetches. Each field is a storage option of the same name.
@@ -186,7 +187,18 @@ pub struct FetchOptions {
     /// request, retry and wait between retries included. When it passes, the
     /// operation fails with the last attempt's failure.
     pub deadline: Duration,
+    /// Most bytes of blocks a Loader's read-ahead keeps fetched ahead of the
+    /// gathers that will use them (see [`DEFAULT_READ_AHEAD_BYTES`]); zero
+    /// reads nothing ahead.
+    pub read_ahead_bytes: u64,
 }
+
+/// Bytes of blocks read ahead unless the caller says otherwise: a few hundred
+/// blocks of the default size, enough to keep dozens of steps of a windowed
+/// pass in flight through 50 ms of round trip, and a small part of the
+/// default cache. It is further held to a quarter of the store's cache, so
+/// that blocks read ahead are not evicted before they are used.
+pub const DEFAULT_READ_AHEAD_BYTES: u64 = 256 << 20;
 
 /// Requests in flight per store unless the caller says otherwise: enough to keep
 /// a server busy through 50 ms of round trip at several hundred requests a
@@ -214,6 +226,7 @@ impl Default for FetchOptions {
             index_memory_bytes: crate::index::DEFAULT_INDEX_MEMORY_BYTES,
             first_byte_timeout: DEFAULT_FIRST_BYTE_TIMEOUT,
             deadline: DEFAULT_DEADLINE,
+            read_ahead_bytes: DEFAULT_READ_AHEAD_BYTES,
         }
     }
 }
@@ -267,6 +280,7 @@ impl FetchOptions {
             "index_memory_bytes" => self.index_memory_bytes = value.count(key)?,
             "first_byte_timeout" => self.first_byte_timeout = value.positive_seconds(key)?,
             "deadline" => self.deadline = value.positive_seconds(key)?,
+            "read_ahead_bytes" => self.read_ahead_bytes = value.count(key)?,
             _ => return Err(Error::internal(format!("{key} is not a fetch option"))),
         }
         Ok(())
@@ -340,6 +354,7 @@ mod tests {
             ("retry_backoff", Float(0.25)),
             ("request_timeout", Int(3)),
             ("index_memory_bytes", Str("0".into())),
+            ("read_ahead_bytes", Int(1 << 24)),
             ("from_env", Bool(true)),
             ("allow_http", Bool(true)),
             ("http2_max_frame_size", Int(65536)),
@@ -359,6 +374,7 @@ mod tests {
                 index_memory_bytes: 0,
                 first_byte_timeout: DEFAULT_FIRST_BYTE_TIMEOUT,
                 deadline: DEFAULT_DEADLINE,
+                read_ahead_bytes: 1 << 24,
             }
         );
         assert!(s.from_env);

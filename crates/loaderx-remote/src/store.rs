@@ -14,14 +14,16 @@ use zrecord::{
 
 use crate::cache::Cache;
 use crate::fetch::{plan_requests, BlockKey, Fetcher, Request, Spans};
-use crate::index::{Blocks, Memory, RemoteIndex, Use, View, STEP_BLOCKS};
+use crate::index::{Blocks, Memory, RemoteIndex, Use, View, INDEX_KEY, STEP_BLOCKS};
 use crate::location::Location;
 use crate::options::{FetchOptions, OptionValue};
 use crate::runtime::{block_on, pid, spawn};
 
+mod ahead;
 mod open;
 mod pending;
 
+use ahead::Ahead;
 use open::{check_sizes, open_parts};
 use pending::{BegunGather, Fetched};
 pub use pending::{Canceller, Pending};
@@ -52,6 +54,8 @@ struct Shared {
     /// The data files' sizes from the header, shared with every fetch.
     sizes: Arc<[u64]>,
     cache: Option<Arc<Cache>>,
+    /// What the Loader reads ahead of its gathers.
+    ahead: Arc<Ahead>,
 }
 
 /// Everything a fetch needs, owned, so that it can run on the runtime while the
@@ -63,6 +67,8 @@ struct Source {
     sizes: Arc<[u64]>,
     /// The header checksum: the store's identity in the cache.
     id: u64,
+    /// Told of the blocks a gather used, which read-ahead no longer holds.
+    ahead: Arc<Ahead>,
 }
 
 fn corrupt(url: String, msg: impl Into<String>) -> Error {
@@ -87,7 +93,13 @@ impl RemoteStore {
         let (loc, opts) = Location::parse(url, options)?;
         let fetcher = Arc::new(Fetcher::new(&loc, &opts)?);
         let meta = block_on(fetcher.bounded(open_parts(&fetcher, cache.as_deref())))?;
+        let budget = ahead::budget(
+            opts.read_ahead_bytes,
+            cache.as_deref(),
+            opts.index_memory_bytes,
+        );
         Ok(RemoteStore(Arc::new(Shared {
+            ahead: Arc::new(Ahead::new(budget, cache.is_some())),
             loc,
             on_demand: meta.info().header().version >= 2,
             index: Memory::new(opts.index_memory_bytes),
@@ -185,6 +197,7 @@ impl RemoteStore {
             cache: s.cache.clone(),
             sizes: s.sizes.clone(),
             id: s.meta.info().header().checksum,
+            ahead: s.ahead.clone(),
         })
     }
 
@@ -204,7 +217,11 @@ impl RemoteStore {
             // One deadline for the gather: its index blocks and its records.
             let (view, entries, spans, cached) = fetcher
                 .bounded(async {
+                    let used: Vec<usize> = needed.iter().flatten().copied().collect();
                     let view = store.view(&source.fetcher, needed, Use::Gather).await?;
+                    source
+                        .ahead
+                        .used(used.into_iter().map(|b| (INDEX_KEY, b as u64)));
                     let entries = match &view {
                         Some(v) => v.entries(&ids)?,
                         None => store.0.meta.entries(&ids)?,
@@ -347,6 +364,14 @@ impl RecordSource for RemoteStore {
         RemoteStore::verify_files(self)
     }
 
+    fn warm(&self, idx: &[u64]) -> Result<bool> {
+        RemoteStore::warm(self, idx)
+    }
+
+    fn cancel_warm(&self) {
+        RemoteStore::cancel_warm(self)
+    }
+
     fn verify_records(&self, range: Range<u64>) -> Result<()> {
         RemoteStore::verify_records(self, range)
     }
@@ -464,6 +489,7 @@ impl Source {
         // the cache, or a whole block fetched.
         let mut pieces: BTreeMap<(usize, u64), Bytes> = BTreeMap::new();
         let mut cached = Vec::new();
+        let touched: Vec<BlockKey> = need.keys().copied().collect();
         let mut missing = self
             .read_cached(cache, need.into_iter().collect(), &mut pieces, &mut cached)
             .await?;
@@ -541,6 +567,8 @@ impl Source {
             }
         }
         spans.sort();
+        // Used now, wherever they came from: read-ahead no longer holds them.
+        self.ahead.used(touched);
         Ok((spans, cached))
     }
 

@@ -21,8 +21,9 @@ from ..errors import InvalidArgumentError, LoaderxError
 from ..protocols import IndexSampler, PackedSampler, Positions, PrefetchingReader
 from ..zrecord._reader import StoreReader
 from ._begun import Begun, Later, Parts, Step
-from ._packs import pack_offsets, split_packs
+from ._packs import PackSplit, pack_offsets, split_packs
 from ._process import split_description
+from ._readahead import ReadAhead
 from ._rng import StepInfo
 from ._stats import LoaderStats, Recorder, Report, Traffic, batch_bytes
 from ._streams import Streams
@@ -141,6 +142,8 @@ class Pipeline(Generic[B, T]):
         # itself, their gathers run on the background gather thread, and no batch
         # is handed between Python threads.
         self.ahead = workers > 0 and transform is None and streams.local
+        # Remote readers fetch the blocks of the steps beyond those begun.
+        self.read_ahead = ReadAhead.of(streams, sampler, self.split)
         stages = ("draw", "gather") + (("transform",) if transform is not None else ())
         self.stats = Recorder(prefetch + workers if workers else 0, stages, _traffic(streams))
         self.stats.set_reports(stats_every, on_stats)
@@ -163,23 +166,7 @@ class Pipeline(Generic[B, T]):
             # positions are widened once here (the values never change).
             idx = np.ascontiguousarray(idx, np.uint64 if idx.dtype.kind == "u" else np.int64)
         b, k, n = len(idx), self.streams.width, self.process_count
-        packs = None
-        if self.packed:
-            # Read right after the draw, under the draw lock: the sampler
-            # overwrites its offsets at the next one.
-            offsets = pack_offsets(cast("PackedSampler", self.sampler).pack_offsets, b)
-            packs = split_packs(offsets, self.process_index, n, k)
-            offset, stop, bounds = packs.start, packs.stop, packs.bounds
-        else:
-            if b % (n * k):
-                raise InvalidArgumentError(
-                    f"the sampler's batch of {b} does not divide by {split_description(n, k)}"
-                )
-            local = b // n
-            offset = self.process_index * local
-            stop = offset + local
-            per = local // k
-            bounds = [i * per for i in range(k + 1)]
+        offset, stop, bounds, packs = self.split(b, self.sampler)
         # This process's contiguous slice of the global batch, a view like the
         # bindings' parts of it.
         positions = cast("Positions", idx[offset:stop])
@@ -219,6 +206,26 @@ class Pipeline(Generic[B, T]):
             )
         return Begun(step, parts, info)
 
+    def split(self, b: int, sampler: IndexSampler) -> tuple[int, int, list[int], PackSplit | None]:
+        """Where this process's positions lie in a drawn step of `b` positions:
+        ``[offset, stop)``, binding ``i``'s from ``bounds[i]`` to ``bounds[i + 1]``
+        relative to `offset`, and the pack split of a packed step. A packed
+        sampler's offsets are read from `sampler` right after its draw: it
+        overwrites them at the next one."""
+        k, n = self.streams.width, self.process_count
+        if self.packed:
+            offsets = pack_offsets(cast("PackedSampler", sampler).pack_offsets, b)
+            packs = split_packs(offsets, self.process_index, n, k)
+            return packs.start, packs.stop, packs.bounds, packs
+        if b % (n * k):
+            raise InvalidArgumentError(
+                f"the sampler's batch of {b} does not divide by {split_description(n, k)}"
+            )
+        local = b // n
+        offset = self.process_index * local
+        per = local // k
+        return offset, offset + local, [i * per for i in range(k + 1)], None
+
     def completed(self, item: Begun[B]) -> Shards[B]:
         """The step's shards, once every read it began is in. close() cancels
         the reads meanwhile, and then this raises."""
@@ -253,6 +260,9 @@ class Pipeline(Generic[B, T]):
 
     def draw_and_begin(self, step: int, t0: int) -> Begun[B]:
         """Draws and begins `step`; `t0` is the clock just before."""
+        ra = self.read_ahead
+        if ra is not None and ra.peek is None and not ra.stopped:
+            ra.before_first_draw(step)
         drawn = self.sampler.next()
         t1 = time.perf_counter_ns()
         item = self.begin(step, drawn)
@@ -329,6 +339,8 @@ class Pipeline(Generic[B, T]):
                     self.begun.append(item)
                     if not item.waits:
                         break
+                if self.read_ahead is not None:
+                    self.read_ahead.advance(self.claimed)
                 # Rebinds `item`: no local name may keep a begun step's batches
                 # alive once the consumer has dropped them.
                 item = self.begun.popleft()
@@ -390,7 +402,11 @@ class Pipeline(Generic[B, T]):
                     if self.ahead:
                         done, ready = self.step_ahead()
                     else:
-                        done = self.run(self.draw_and_begin(self.delivered, called))
+                        item = self.draw_and_begin(self.delivered, called)
+                        if self.read_ahead is not None:
+                            self.read_ahead.advance(self.delivered + 1)
+                        done = self.run(item)
+                        del item
                 except BaseException as e:
                     self.check_open_drawing()
                     self.failed = e
@@ -477,6 +493,9 @@ class Pipeline(Generic[B, T]):
     # -- lifetime -----------------------------------------------------------------
 
     def close(self, join: bool = True) -> None:
+        if self.read_ahead is not None:
+            # Takes no Python lock: the stores stop what they fetch ahead.
+            self.read_ahead.cancel()
         if not join:
             # Takes no lock: a finalizer may run on a thread that holds it. Waiting
             # threads poll the flag.

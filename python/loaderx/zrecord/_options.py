@@ -30,6 +30,7 @@ class StorageOptions(TypedDict, total=False):
     index_memory_bytes: _Count
     first_byte_timeout: _Seconds
     deadline: _Seconds
+    read_ahead_bytes: _Count
 
     # object_store's HTTP client, for every kind of store but file://.
     allow_http: _Flag

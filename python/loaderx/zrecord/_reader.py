@@ -387,6 +387,20 @@ class StoreReader(ABC, Generic[_BatchT]):
         store = self._store()
         return _Fetching(self, store, store.begin(positions, self._native_allocator()))
 
+    def _warm(self, positions: Positions) -> bool:
+        """Begins fetching, in the background, the blocks a gather of
+        `positions` will need (into memory and the block cache), and returns
+        at once; no gather's values change. False when the store's blocks
+        fetched ahead and not yet used fill its ``read_ahead_bytes`` and
+        nothing was begun. The Loader calls it for the steps beyond those it
+        has begun."""
+        return self._store().warm(positions)
+
+    def _cancel_warm(self) -> None:
+        """Stops what ``_warm`` began; a no-op on a closed reader."""
+        if self._native is not None:
+            self._native.cancel_warm()
+
     @property
     def url(self) -> str | None:
         """The URL a remote store was opened from; None for a local store."""

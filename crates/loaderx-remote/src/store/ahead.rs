@@ -1,0 +1,381 @@
+//! Read-ahead: the blocks of records a Loader will gather a few steps from
+//! now, fetched in the background through the paths a gather fetches by (index
+//! blocks checked into memory and the cache, data blocks into the cache), so
+//! that the gather finds them there. Nothing here decides what a gather
+//! returns: a gather checks every record as it always does, wherever its bytes
+//! came from.
+//!
+//! What is held ahead is bounded: the bytes of blocks fetched ahead and not yet
+//! used by a gather stay within the store's budget (the storage option
+//! `read_ahead_bytes`, held to a quarter of the cache). Blocks are reserved in
+//! the order the steps were warmed, so that a nearer step is never dropped for
+//! a farther one. Its requests share the store's budget of requests in flight,
+//! and [`RemoteStore::cancel_warm`] stops them.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use loaderx_gather::{Error, Result};
+use tokio::sync::oneshot;
+use tokio::task::AbortHandle;
+use zrecord::data_file;
+
+use super::{RemoteStore, Source};
+use crate::cache::Cache;
+use crate::fetch::{plan_requests, BlockKey};
+use crate::index::{Use, INDEX_KEY};
+use crate::runtime::{pid, spawn};
+
+/// A store's read-ahead: its budget and what it holds.
+pub(crate) struct Ahead {
+    /// Most bytes of blocks fetched ahead and not yet used; zero reads nothing
+    /// ahead.
+    budget: u64,
+    /// Whether data blocks are read ahead (into the cache), not only index
+    /// blocks (into memory).
+    data: bool,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// The process the state belongs to: a forked child starts afresh.
+    pid: u32,
+    /// Blocks fetched (or being fetched) ahead and not yet used by a gather,
+    /// with their bytes.
+    held: HashMap<BlockKey, u64>,
+    /// The sum of `held`.
+    bytes: u64,
+    /// Counts cancels: a warm begun before the last one reserves nothing.
+    generation: u64,
+    tasks: Vec<AbortHandle>,
+    /// Closed once the last warm begun has reserved its data blocks; the
+    /// next one waits for it.
+    last: Option<oneshot::Receiver<()>>,
+}
+
+impl Ahead {
+    pub fn new(budget: u64, data: bool) -> Ahead {
+        Ahead {
+            budget,
+            data,
+            state: Mutex::new(State {
+                pid: pid(),
+                ..State::default()
+            }),
+        }
+    }
+
+    /// The state, reset first in a forked child: the parent's tasks and the
+    /// blocks it held ahead are not this process's.
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if s.pid != pid() {
+            // Forgotten, not dropped: they point into the parent's runtime.
+            std::mem::forget(std::mem::take(&mut s.tasks));
+            std::mem::forget(s.last.take());
+            let generation = s.generation + 1;
+            *s = State {
+                pid: pid(),
+                generation,
+                ..State::default()
+            };
+        }
+        s
+    }
+
+    /// Bytes of blocks fetched ahead and not yet used, and how many blocks.
+    pub fn held(&self) -> (u64, usize) {
+        let s = self.state();
+        (s.bytes, s.held.len())
+    }
+
+    /// Reserves the blocks of `keys` (with their bytes) not reserved already,
+    /// in order, while they fit the budget; returns those it reserved, and
+    /// whether every one fitted. A warm begun before a cancel reserves nothing.
+    fn reserve(
+        &self,
+        generation: u64,
+        keys: impl IntoIterator<Item = (BlockKey, u64)>,
+    ) -> (Vec<BlockKey>, bool) {
+        let mut s = self.state();
+        if s.generation != generation {
+            return (Vec::new(), false);
+        }
+        let mut taken = Vec::new();
+        for (k, len) in keys {
+            if s.held.contains_key(&k) {
+                continue;
+            }
+            if s.bytes.saturating_add(len) > self.budget {
+                return (taken, false);
+            }
+            s.held.insert(k, len);
+            s.bytes += len;
+            taken.push(k);
+        }
+        (taken, true)
+    }
+
+    /// Forgets the blocks of `keys` a warm of `generation` reserved and did
+    /// not fetch.
+    fn release(&self, generation: u64, keys: impl IntoIterator<Item = BlockKey>) {
+        let mut s = self.state();
+        if s.generation == generation {
+            forget(&mut s, keys);
+        }
+    }
+
+    /// Frees the budget of the blocks of `keys` a gather used.
+    pub fn used(&self, keys: impl IntoIterator<Item = BlockKey>) {
+        if self.budget > 0 {
+            forget(&mut self.state(), keys);
+        }
+    }
+
+    /// Stops every warm begun and frees the whole budget.
+    pub fn cancel(&self) {
+        let mut s = self.state();
+        for t in s.tasks.drain(..) {
+            t.abort();
+        }
+        s.held.clear();
+        s.bytes = 0;
+        s.last = None;
+        s.generation += 1;
+    }
+}
+
+fn forget(s: &mut State, keys: impl IntoIterator<Item = BlockKey>) {
+    for k in keys {
+        if let Some(len) = s.held.remove(&k) {
+            s.bytes -= len;
+        }
+    }
+}
+
+/// The budget a store reads ahead within: the storage option, held to a
+/// quarter of the cache (blocks read ahead must outlive the wait for their
+/// gather), or, without a cache, to half the memory kept for index blocks,
+/// which are then all it reads ahead.
+pub(super) fn budget(option: u64, cache: Option<&Cache>, index_memory: u64) -> u64 {
+    match cache {
+        Some(c) => option.min(c.max_bytes() / 4),
+        None => option.min(index_memory / 2),
+    }
+}
+
+impl RemoteStore {
+    /// Begins fetching, in the background, the index blocks and (with a cache)
+    /// the data blocks the records at `idx` lie in, and returns at once. Only
+    /// blocks neither memory nor the cache holds are fetched, and only while
+    /// the blocks fetched ahead and not yet used fit the budget: `false` says
+    /// they fill it and nothing was begun. Positions that are not the store's
+    /// are left for the gather to refuse. Whatever fails is dropped: the
+    /// gather that needs the block fetches it, and reports the failure.
+    pub fn warm(&self, idx: &[u64]) -> Result<bool> {
+        let ahead = &self.0.ahead;
+        let meta = &self.0.meta;
+        let on_demand = self.on_demand();
+        if ahead.budget == 0 || (!on_demand && !ahead.data) {
+            return Ok(true);
+        }
+        let Ok(blocks) = meta.index_blocks(idx) else {
+            return Ok(true);
+        };
+        let s = ahead.state();
+        if s.bytes >= ahead.budget {
+            return Ok(false);
+        }
+        let generation = s.generation;
+        drop(s);
+        let needed = if on_demand {
+            let missing = blocks
+                .iter()
+                .filter(|&&b| !self.0.index.contains(b))
+                .map(|&b| {
+                    let r = meta.index_block_range(b);
+                    ((INDEX_KEY, b as u64), r.end - r.start)
+                });
+            let (taken, all) = ahead.reserve(generation, missing);
+            if !all {
+                ahead.release(generation, taken);
+                return Ok(false);
+            }
+            Some(blocks)
+        } else {
+            None
+        };
+        let source = self.source()?;
+        let (store, ids) = (self.clone(), idx.to_vec());
+        let (mine, next) = oneshot::channel::<()>();
+        let mut s = ahead.state();
+        let prev = s.last.replace(next);
+        drop(s);
+        let task = spawn(async move {
+            // Failures are the gather's to report: it fetches what this did not.
+            let _ = store
+                .warm_task(source, generation, needed, ids, prev, mine)
+                .await;
+            Ok(())
+        })?;
+        let mut s = ahead.state();
+        s.tasks.retain(|t| !t.is_finished());
+        if s.generation == generation {
+            s.tasks.push(task.abort_handle());
+        } else {
+            task.abort();
+        }
+        Ok(true)
+    }
+
+    /// Stops the warms begun and frees their budget; what they fetched stays
+    /// in memory and the cache.
+    pub fn cancel_warm(&self) {
+        self.0.ahead.cancel();
+    }
+
+    /// Bytes and number of blocks fetched ahead and not yet used by a gather.
+    pub fn warm_held(&self) -> (u64, usize) {
+        self.0.ahead.held()
+    }
+
+    async fn warm_task(
+        &self,
+        source: Source,
+        generation: u64,
+        needed: Option<Vec<usize>>,
+        ids: Vec<u64>,
+        prev: Option<oneshot::Receiver<()>>,
+        mine: oneshot::Sender<()>,
+    ) -> Result<()> {
+        let ahead = &self.0.ahead;
+        let fetcher = source.fetcher.clone();
+        let index_keys: Vec<BlockKey> = needed
+            .iter()
+            .flatten()
+            .map(|&b| (INDEX_KEY, b as u64))
+            .collect();
+        let ahead_of = fetcher.clone();
+        ahead_of
+            .ahead(fetcher.bounded(async {
+                let view = match self.view(&fetcher, needed, Use::Gather).await {
+                    Ok(v) => v,
+                    Err(e) => {
+                        ahead.release(generation, index_keys);
+                        return Err(e);
+                    }
+                };
+                let Some(cache) = source.cache.clone().filter(|_| ahead.data) else {
+                    return Ok(());
+                };
+                let entries = match &view {
+                    Some(v) => v.entries(&ids)?,
+                    None => self.0.meta.entries(&ids)?,
+                };
+                let bs = cache.block_bytes();
+                let requests = plan_requests(
+                    &entries,
+                    source.sizes.len(),
+                    0,
+                    fetcher.opts().max_request_bytes,
+                );
+                let mut touched = BTreeSet::new();
+                for r in &requests {
+                    touched
+                        .extend((r.range.start / bs..=(r.range.end - 1) / bs).map(|b| (r.file, b)));
+                }
+                let lens: Vec<(BlockKey, u64)> = touched
+                    .into_iter()
+                    .map(|(f, b)| ((f, b), source.block_len(bs, f, b)))
+                    .collect();
+                let (c, id) = (cache.clone(), source.id);
+                let missing = tokio::task::spawn_blocking(move || {
+                    lens.into_iter()
+                        .filter(|&((f, b), len)| !c.holds(id, &data_file(f), b, len))
+                        .collect::<Vec<_>>()
+                })
+                .await
+                .map_err(|e| Error::internal(format!("reading the cache did not complete: {e}")))?;
+                if let Some(p) = prev {
+                    // Ends when the warm begun before this one has reserved, or
+                    // has stopped.
+                    let _ = p.await;
+                }
+                let (reserved, _) = ahead.reserve(generation, missing);
+                drop(mine);
+                source
+                    .warm_blocks(&cache, ahead, generation, reserved)
+                    .await
+            }))
+            .await
+    }
+}
+
+impl Source {
+    /// Fetches the data blocks `keys` (sorted) into the cache, as a gather
+    /// fetches its missing blocks; those a gather of this process or another
+    /// process sharing the cache is fetching are left to it.
+    async fn warm_blocks(
+        &self,
+        cache: &Arc<Cache>,
+        ahead: &Ahead,
+        generation: u64,
+        keys: Vec<BlockKey>,
+    ) -> Result<()> {
+        let claimed = self.fetcher.claim_blocks(keys.iter().copied());
+        ahead.release(generation, claimed.others().map(|(k, _)| k));
+        let got = self.fetch_claimed(cache, claimed.keys()).await;
+        claimed.release();
+        match got {
+            Ok((_, theirs)) => {
+                ahead.release(generation, theirs);
+                Ok(())
+            }
+            Err(e) => {
+                ahead.release(generation, claimed.keys().iter().copied());
+                Err(e)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reservations_stop_at_the_budget_in_order_and_a_cancel_frees_them() {
+        let ahead = Ahead::new(10, true);
+        let (taken, all) = ahead.reserve(0, [((0, 0), 4), ((0, 1), 4), ((0, 2), 4), ((0, 3), 1)]);
+        // The third does not fit; nothing after it is taken either.
+        assert_eq!((taken, all), (vec![(0, 0), (0, 1)], false));
+        assert_eq!(ahead.held(), (8, 2));
+        // Reserved already: not counted twice.
+        assert_eq!(
+            ahead.reserve(0, [((0, 1), 4), ((0, 3), 2)]),
+            (vec![(0, 3)], true)
+        );
+        assert_eq!(ahead.held(), (10, 3));
+        ahead.used([(0, 0), (9, 9)]);
+        assert_eq!(ahead.held(), (6, 2));
+        ahead.cancel();
+        assert_eq!(ahead.held(), (0, 0));
+        // A warm begun before the cancel neither reserves nor releases.
+        assert_eq!(ahead.reserve(0, [((0, 5), 1)]), (vec![], false));
+        assert_eq!(ahead.reserve(1, [((0, 5), 1)]), (vec![(0, 5)], true));
+        ahead.release(0, [(0, 5)]);
+        assert_eq!(ahead.held(), (1, 1));
+        ahead.release(1, [(0, 5)]);
+        assert_eq!(ahead.held(), (0, 0));
+    }
+
+    #[test]
+    fn the_budget_is_held_to_the_cache_or_the_index_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path(), 400, 1 << 20).unwrap();
+        assert_eq!(budget(1000, Some(&cache), 0), 100);
+        assert_eq!(budget(50, Some(&cache), 0), 50);
+        assert_eq!(budget(1000, None, 300), 150);
+    }
+}
