@@ -172,6 +172,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(store::concat_urls, m)?)?;
     m.add_function(wrap_pyfunction!(store::remove_prefix, m)?)?;
     m.add_function(wrap_pyfunction!(store::occupied, m)?)?;
+    m.add_function(wrap_pyfunction!(store::put_object, m)?)?;
+    m.add_function(wrap_pyfunction!(store::clean_jobs, m)?)?;
     m.add_function(wrap_pyfunction!(store::is_url, m)?)?;
     m.add_function(wrap_pyfunction!(data_file_name, m)?)?;
     m.add_function(wrap_pyfunction!(set_threads, m)?)?;

@@ -16,7 +16,7 @@ use zrecord::{Kind, RaggedLayout, ReadOptions, Store, StoreInfo};
 use crate::allocator::PyAllocator;
 use crate::convert::{positions, storage_options};
 use crate::dlpack::{DLTensor, Memory};
-use crate::errors::{wrong_type, IntoPy};
+use crate::errors::{invalid_argument, wrong_type, IntoPy};
 
 /// Per-record logical and stored byte counts.
 type SizeArrays<'py> = (Bound<'py, PyArray1<u64>>, Bound<'py, PyArray1<u64>>);
@@ -437,6 +437,35 @@ pub fn occupied(
 ) -> PyResult<Vec<String>> {
     let options = storage_options(options)?;
     py.detach(|| loaderx_remote::occupied(&root, &urls, &options))
+        .py_err()
+}
+
+/// Writes `data` as the object at `url`, replacing it.
+#[pyfunction]
+pub fn put_object(
+    py: Python<'_>,
+    url: String,
+    data: Vec<u8>,
+    options: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let options = storage_options(options)?;
+    py.detach(|| loaderx_remote::put_object(&url, data, &options))
+        .py_err()
+}
+
+/// Removes the engine job prefixes under `root` whose newest object is more
+/// than `older_than` seconds old; returns their URLs.
+#[pyfunction]
+pub fn clean_jobs(
+    py: Python<'_>,
+    root: String,
+    older_than: f64,
+    options: &Bound<'_, PyAny>,
+) -> PyResult<Vec<String>> {
+    let options = storage_options(options)?;
+    let older_than = std::time::Duration::try_from_secs_f64(older_than)
+        .map_err(|_| invalid_argument("older_than must be a number of seconds >= 0"))?;
+    py.detach(|| loaderx_remote::clean_jobs(&root, older_than, &options))
         .py_err()
 }
 

@@ -47,7 +47,7 @@ mod upload;
 
 pub use cache::{Cache, DEFAULT_CACHE_BLOCK_BYTES, DEFAULT_CACHE_MAX_BYTES};
 pub use index::DEFAULT_INDEX_MEMORY_BYTES;
-pub use jobs::{occupied, remove_prefix};
+pub use jobs::{clean_jobs, occupied, put_object, remove_prefix};
 pub use loaderx_gather::{Error, Result};
 pub use location::{is_url, Location};
 pub use options::{

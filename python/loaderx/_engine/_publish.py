@@ -17,11 +17,15 @@ from .._schema import encode_attrs
 from ..errors import InternalError, StoreExistsError
 from ..zrecord import Dense, Ragged, concat, upload
 from ..zrecord._remote import native_options, option_pairs
+from ..zrecord._tools import JOB_HEARTBEAT_S
+from ._heartbeat import Heartbeat
 from ._part import Part
 from ._plan import Job
 
 #: The directory inside the build directory that the tasks write parts into.
 PARTS_DIR: str = _native.PARTS_DIR
+#: The driver's heartbeat object in a job prefix in object storage.
+HEARTBEAT_FILE = "heartbeat"
 
 
 @dataclass(frozen=True)
@@ -121,13 +125,16 @@ def _options(job: Job) -> dict[str, Any]:
 
 @contextmanager
 def remote_build(job: Job) -> Generator[None]:
-    """Sets `job.parts` to a prefix of this job's own beside the result, and
-    removes everything under it when the job ends, whether it published or not
-    (a driver killed meanwhile leaves it: remove it with the same prefix)."""
+    """Sets `job.parts` to a prefix of this job's own beside the result, keeps
+    a heartbeat in it while the job runs, and removes everything under it when
+    the job ends, whether it published or not (a driver killed meanwhile leaves
+    it, which ``loaderx.zrecord.clean(root)`` removes once its heartbeat is old)."""
     job.parts = f"{job.dest}/{PARTS_DIR}-{uuid.uuid4().hex[:12]}"
+    beat = Heartbeat(f"{job.parts}/{HEARTBEAT_FILE}", _options(job), JOB_HEARTBEAT_S)
     try:
         yield
     finally:
+        beat.stop()
         _native.remove_prefix(job.parts, _options(job))
 
 

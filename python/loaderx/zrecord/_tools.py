@@ -41,9 +41,23 @@ def open(
     return cls(native, p, remote=remote)
 
 
-def clean(path: str | os.PathLike[str]) -> list[str]:
+#: How often an engine write's driver rewrites the heartbeat in its job prefix
+#: in object storage, in seconds.
+JOB_HEARTBEAT_S: float = 10.0
+#: How old, by default, the newest object of a job prefix must be for ``clean``
+#: of a URL to take its driver for gone, in seconds: sixty missed heartbeats.
+JOB_STALE_S: float = 600.0
+
+
+def clean(
+    path: str | os.PathLike[str],
+    *,
+    older_than: float | None = None,
+    storage_options: StorageOptions | None = None,
+) -> list[str]:
     """Removes the stale build directories directly inside the directory `path`
-    and returns their paths.
+    and returns their paths; for a URL, the job prefixes that engine writes
+    whose driver is gone left directly under it.
 
     A writer builds its store in a hidden sibling ``.NAME.tmp-PID-XXXXXXXX`` and
     renames it into place on ``close()``; a writer killed before that leaves the
@@ -51,7 +65,29 @@ def clean(path: str | os.PathLike[str]) -> list[str]:
     ``convert``) holds a lock in its directory until it publishes or discards it,
     so ``clean`` removes only directories whose owner is gone, in any process, and
     is safe to run while writers are at work. Raises ``FileNotFoundError`` when
-    `path` does not exist and ``OSError`` when it is not a directory."""
+    `path` does not exist and ``OSError`` when it is not a directory.
+
+    For a URL (``s3://``, ``gs://``, ``file://``...; `storage_options` as for
+    ``Dense.open``), it removes instead the job prefixes
+    ``.parts-XXXXXXXXXXXX/`` that ``loaderx.spark.write`` or
+    ``loaderx.ray.write`` into that root left when their driver was killed, and
+    returns their URLs. A live driver rewrites a heartbeat object in its prefix
+    every ``JOB_HEARTBEAT_S`` (10) seconds, so a prefix whose newest object is
+    more than `older_than` seconds old (default ``JOB_STALE_S``, 600) has no
+    driver; the age is the storage's modification time against this machine's
+    clock, so `older_than` must exceed the heartbeat interval and any
+    difference between the two clocks. Nothing else under the root is touched."""
+    if isinstance(path, str) and _native.is_url(path):
+        age = JOB_STALE_S if older_than is None else older_than
+        if isinstance(age, bool) or not isinstance(age, (int, float)) or not 0 <= age < 1e12:
+            raise InvalidArgumentError(f"older_than={older_than!r}: a number of seconds >= 0")
+        options = native_options(option_pairs(storage_options))
+        return _native.clean_jobs(url_text(path).rstrip("/"), float(age), options)
+    if older_than is not None or storage_options is not None:
+        raise InvalidArgumentError(
+            f"older_than= and storage_options= are for a URL, and {path!r} is a local path "
+            "(its build directories are removed once no live writer holds their lock)"
+        )
     return [os.fspath(p) for p in _native.clean_stale(fspath(path))]
 
 
