@@ -24,7 +24,9 @@ BLOCK_BYTES: int = _native.DEFAULT_CACHE_BLOCK_BYTES
 class SizedStore(Protocol):
     """What a WindowedSampler is sized from: a reader of ``len(reader)`` records
     whose data files hold ``data_file_sizes`` bytes (both known at open, without
-    reading the index), as ``loaderx.zrecord`` readers are, local or remote."""
+    reading the index), as ``loaderx.zrecord`` readers are, local or remote. An
+    ``index_bytes`` attribute, where the reader has one (``loaderx.zrecord``
+    readers do), counts the index too; without it the index counts 0."""
 
     def __len__(self) -> int: ...
 
@@ -32,8 +34,9 @@ class SizedStore(Protocol):
     def data_file_sizes(self) -> Sequence[int]: ...
 
 
-def _store_sizes(reader: object) -> tuple[int, int]:
-    """`(records, data bytes)` of `reader`, or an error naming the argument."""
+def _store_sizes(reader: object) -> tuple[int, int, int]:
+    """`(records, data bytes, index bytes)` of `reader`, or an error naming the
+    argument."""
     if not isinstance(reader, SizedStore):
         raise TypeError(
             "reader must be a store reader with len() and data_file_sizes "
@@ -45,14 +48,18 @@ def _store_sizes(reader: object) -> tuple[int, int]:
     sizes = list(reader.data_file_sizes)
     if not all(isinstance(s, numbers.Integral) and int(s) >= 0 for s in sizes):
         raise InvalidArgumentError(f"reader's data_file_sizes must be integers >= 0, got {sizes!r}")
-    return length, sum(int(s) for s in sizes)
+    index = getattr(reader, "index_bytes", 0)
+    if not isinstance(index, numbers.Integral) or int(index) < 0:
+        raise InvalidArgumentError(f"reader's index_bytes must be an integer >= 0, got {index!r}")
+    return length, sum(int(s) for s in sizes), int(index)
 
 
 class WindowedSampler(_native.WindowedSampler):
     """WindowedSampler(reader, batch_size, *, seed=0, window_bytes=256 * 2**20)
 
     Draws one batch of ``batch_size`` positions of ``reader``'s records per step,
-    shuffled at the scale of windows of about ``window_bytes`` of the store: each
+    shuffled at the scale of windows of about ``window_bytes`` of the store (its
+    index entries and its data): each
     pass visits the windows (runs of consecutive records) in a fresh order and the
     records of each window in a fresh order, so that every pass returns every
     record exactly once and reads each block of the store about once. A batch may
@@ -62,16 +69,17 @@ class WindowedSampler(_native.WindowedSampler):
     ----------
     reader:
         A ``loaderx.zrecord`` reader (local or remote), or any object with
-        ``len()`` (at least 1) and ``data_file_sizes``. Only its record count and
-        data bytes are used, both known at open; nothing is read.
+        ``len()`` (at least 1) and ``data_file_sizes`` (and ``index_bytes``, if
+        it has one). Only its record count, data bytes and index bytes are used,
+        all known at open; nothing is read.
     batch_size:
         Positions per batch, an integer ``>= 1`` (it may exceed the record count).
     seed:
         An integer in ``[0, 2**64 - 1]``.
     window_bytes:
-        The bytes of the store one window spans, about: an integer ``>= 1``.
-        Windows are whole groups of about one cache block (1 MiB) of records, at
-        least one group.
+        The bytes of the store (index and data) one window spans, about: an
+        integer ``>= 1``. Windows are whole groups of records whose entries and
+        data fill about one cache block (1 MiB), at least one group.
 
     ``next()``, iteration, ``seek(step)`` (O(1)), pickling and ``config()`` behave
     as for :class:`loaderx.sampler.Sampler`; ``batch_size`` is readable. Invalid
@@ -89,8 +97,10 @@ class WindowedSampler(_native.WindowedSampler):
         seed: int = 0,
         window_bytes: int = DEFAULT_WINDOW_BYTES,
     ) -> WindowedSampler:
-        length, data_bytes = _store_sizes(reader)
-        return super().__new__(cls, length, data_bytes, BLOCK_BYTES, window_bytes, batch_size, seed)
+        length, data_bytes, index_bytes = _store_sizes(reader)
+        return super().__new__(
+            cls, length, data_bytes, index_bytes, BLOCK_BYTES, window_bytes, batch_size, seed
+        )
 
     @classmethod
     def from_sizes(
@@ -102,16 +112,20 @@ class WindowedSampler(_native.WindowedSampler):
         seed: int = 0,
         window_bytes: int = DEFAULT_WINDOW_BYTES,
         block_bytes: int = BLOCK_BYTES,
+        index_bytes: int = 0,
     ) -> WindowedSampler:
         """The sampler of a store of ``length`` records (``>= 1``) holding
-        ``data_bytes`` bytes (``>= 0``), with groups sized to ``block_bytes``
-        (``>= 1``): what ``WindowedSampler(reader, ...)`` builds from the reader."""
-        return super().__new__(cls, length, data_bytes, block_bytes, window_bytes, batch_size, seed)
+        ``data_bytes`` bytes of data and ``index_bytes`` of index (both
+        ``>= 0``), with groups sized to ``block_bytes`` (``>= 1``): what
+        ``WindowedSampler(reader, ...)`` builds from the reader."""
+        return super().__new__(
+            cls, length, data_bytes, index_bytes, block_bytes, window_bytes, batch_size, seed
+        )
 
     @property
     def batch_size(self) -> int:
         """Positions per batch."""
-        return self._state()[4]
+        return self._state()[5]
 
     @property
     def window_records(self) -> int:
@@ -126,10 +140,13 @@ class WindowedSampler(_native.WindowedSampler):
     def config(self) -> dict[str, object]:
         """What identifies this sampler's sequence of batches (the Loader stores it
         in its resume state)."""
-        length, data_bytes, block_bytes, window_bytes, batch_size, seed, _ = self._state()
+        length, data_bytes, index_bytes, block_bytes, window_bytes, batch_size, seed, _ = (
+            self._state()
+        )
         return {
             "windowed": length,
             "data_bytes": data_bytes,
+            "index_bytes": index_bytes,
             "block_bytes": block_bytes,
             "window_bytes": window_bytes,
             "batch_size": batch_size,
@@ -137,19 +154,23 @@ class WindowedSampler(_native.WindowedSampler):
         }
 
     def __reduce__(self):
-        length, data_bytes, block_bytes, window_bytes, batch_size, seed, step = self._state()
-        args = (type(self), length, data_bytes, block_bytes, window_bytes, batch_size, seed)
-        return (_rebuild, args, step)
+        length, data_bytes, index_bytes, block_bytes, window_bytes, batch_size, seed, step = (
+            self._state()
+        )
+        args = (type(self), length, data_bytes, index_bytes, block_bytes, window_bytes)
+        return (_rebuild, (*args, batch_size, seed), step)
 
     def __setstate__(self, step: int) -> None:
         restore_step(self, step)
 
     def __repr__(self) -> str:
-        length, data_bytes, block_bytes, window_bytes, batch_size, seed, step = self._state()
+        length, data_bytes, index_bytes, block_bytes, window_bytes, batch_size, seed, step = (
+            self._state()
+        )
         return (
             f"{type(self).__qualname__}(length={length}, data_bytes={data_bytes}, "
-            f"batch_size={batch_size}, seed={seed}, window_bytes={window_bytes}, "
-            f"block_bytes={block_bytes}) at step {step}"
+            f"index_bytes={index_bytes}, batch_size={batch_size}, seed={seed}, "
+            f"window_bytes={window_bytes}, block_bytes={block_bytes}) at step {step}"
         )
 
 
@@ -157,6 +178,7 @@ def _rebuild(
     cls: type[WindowedSampler],
     length: int,
     data_bytes: int,
+    index_bytes: int,
     block_bytes: int,
     window_bytes: int,
     batch_size: int,
@@ -169,4 +191,5 @@ def _rebuild(
         seed=seed,
         window_bytes=window_bytes,
         block_bytes=block_bytes,
+        index_bytes=index_bytes,
     )

@@ -279,6 +279,7 @@ def exercise_store(nat: Native, root: pathlib.Path, codec: str, dictionary: byte
     assert len(sizes) == 2 and sum(sizes) == sum(
         os.path.getsize(root / "dense" / f"data-00{k}.bin") for k in range(2)
     )
+    assert nat.get(dense, "index_bytes") == os.path.getsize(root / "dense" / "index.bin")
     nat.call(dense, "verify_records", 2, 7)
     logical, stored = nat.call(dense, "record_sizes", 1, 4)
     assert logical.tolist() == [24, 24, 24] and logical.dtype == stored.dtype == np.uint64
@@ -386,12 +387,12 @@ def exercise_sampler(nat: Native) -> None:
     assert nat.call(m, "__next__").tolist() == [1, 2, 0, 1]
     nat.call(m, "seek", 5)
     assert nat.call(m, "_state") == ([(0, 3), (10, 12)], [1, 0], 4, [0, 1], 7, 5)
-    w = nat.call(_native.WindowedSampler, "__new__", 10, 100, 10, 30, 3, 0)
+    w = nat.call(_native.WindowedSampler, "__new__", 10, 100, 0, 10, 30, 3, 0)
     assert nat.call(w, "__iter__") is w
     assert nat.call(w, "next").tolist() == [7, 8, 6]
     assert nat.call(w, "__next__").tolist() == [2, 1, 0]
     nat.call(w, "seek", 5)
-    assert nat.call(w, "_state") == (10, 100, 10, 30, 3, 0, 5)
+    assert nat.call(w, "_state") == (10, 100, 0, 10, 30, 3, 0, 5)
     assert nat.call(w, "_geometry") == (1, 3, 4)
     lengths = np.array([3, 1, 4], dtype=np.uint64)
     p = nat.call(_native.PackingSampler, "__new__", lengths, 4, 2, 0, 7, "truncate")

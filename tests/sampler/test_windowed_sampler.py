@@ -6,6 +6,7 @@ argument errors."""
 from __future__ import annotations
 
 import copy
+import os
 import pickle
 import random
 import subprocess
@@ -25,7 +26,7 @@ U64_MAX = 2**64 - 1
 MiB = 2**20
 
 
-def windowed(length, data_bytes, batch_size, window_bytes, block_bytes, seed=0):
+def windowed(length, data_bytes, batch_size, window_bytes, block_bytes, seed=0, index_bytes=0):
     return WindowedSampler.from_sizes(
         length,
         data_bytes,
@@ -33,6 +34,7 @@ def windowed(length, data_bytes, batch_size, window_bytes, block_bytes, seed=0):
         seed=seed,
         window_bytes=window_bytes,
         block_bytes=block_bytes,
+        index_bytes=index_bytes,
     )
 
 
@@ -96,6 +98,20 @@ def test_the_geometry_is_sized_from_the_bytes():
     assert ref.geometry(10**7, 10**9, MiB, 256 * MiB) == (10_485, 2_684_160, 4, 1_947_520)
 
 
+def test_the_index_counts_with_the_data():
+    # A billion records of 8 bytes with 24-byte entries: groups of
+    # floor(2^20 * 10^9 / (32 * 10^9)) = 32,768 records, a quarter of what the
+    # data alone would give, so that a window's index blocks fit its bytes too.
+    n, data, index = 10**9, 8 * 10**9, 24 * 10**9
+    assert ref.geometry(n, data, MiB, 256 * MiB, index) == (32_768, 8_388_608, 120, 1_755_648)
+    s = windowed(n, data, 8, 256 * MiB, MiB, index_bytes=index)
+    assert (s.window_records, s.windows) == (8_388_608, 120)
+    assert windowed(n, data, 8, 256 * MiB, MiB).window_records == 4 * 8_388_608
+    # An index alone sizes the groups.
+    assert ref.geometry(10, 0, 20, 40, 100) == (2, 4, 3, 2)
+    assert (windowed(10, 0, 3, 40, 20, index_bytes=100).window_records) == 4
+
+
 def test_documented_check_values():
     s = windowed(10, 100, 3, 30, 10)
     assert [s.next().tolist() for _ in range(4)] == [[7, 8, 6], [2, 1, 0], [5, 4, 3], [9, 9, 6]]
@@ -147,11 +163,15 @@ sizes = st.integers(0, U64_MAX)
     b=st.integers(1, 300),
     seed=sizes,
     step=st.one_of(st.integers(0, 1000), sizes),
+    index=st.one_of(st.just(0), st.integers(0, 1 << 30), sizes),
 )
-def test_native_matches_reference_bit_for_bit(length, data, block, window_bytes, b, seed, step):
-    s = windowed(length, data, b, window_bytes, block, seed=seed)
+def test_native_matches_reference_bit_for_bit(
+    length, data, block, window_bytes, b, seed, step, index
+):
+    s = windowed(length, data, b, window_bytes, block, seed=seed, index_bytes=index)
     s.seek(step)
-    assert s.next().tolist() == ref.batch(length, data, block, window_bytes, b, seed, step)
+    want = ref.batch(length, data, block, window_bytes, b, seed, step, index)
+    assert s.next().tolist() == want
 
 
 def test_a_batch_of_2b_is_two_batches_of_b_also_with_the_gil_released():
@@ -217,6 +237,7 @@ def test_config_repr_and_the_loader_protocols():
     assert s.config() == {
         "windowed": 1000,
         "data_bytes": 100_000,
+        "index_bytes": 0,
         "block_bytes": 1000,
         "window_bytes": 3500,
         "batch_size": 7,
@@ -224,8 +245,8 @@ def test_config_repr_and_the_loader_protocols():
     }
     assert s.batch_size == 7
     assert repr(s) == (
-        "WindowedSampler(length=1000, data_bytes=100000, batch_size=7, seed=11, "
-        "window_bytes=3500, block_bytes=1000) at step 0"
+        "WindowedSampler(length=1000, data_bytes=100000, index_bytes=0, batch_size=7, "
+        "seed=11, window_bytes=3500, block_bytes=1000) at step 0"
     )
     for proto in (
         protocols.SizedSampler,
@@ -235,6 +256,7 @@ def test_config_repr_and_the_loader_protocols():
     ):
         assert isinstance(s, proto)
     assert windowed(1000, 100_000, 7, 3500, 1000, seed=12).config() != s.config()
+    assert windowed(1000, 100_000, 7, 3500, 1000, seed=11, index_bytes=1).config() != s.config()
 
 
 @pytest.fixture(scope="module")
@@ -247,11 +269,15 @@ def store(tmp_path_factory):
     reader.close()
 
 
-def test_a_reader_gives_its_record_count_and_data_bytes(store):
+def test_a_reader_gives_its_record_count_data_bytes_and_index_bytes(store):
     s = WindowedSampler(store, 8, seed=4, window_bytes=1000)
     data = sum(store.data_file_sizes)
     assert data >= 501 * 200
-    want = windowed(501, data, 8, 1000, _native.DEFAULT_CACHE_BLOCK_BYTES, seed=4)
+    index = store.index_bytes
+    assert index == os.path.getsize(os.path.join(store.path, "index.bin")) > 0
+    want = windowed(
+        501, data, 8, 1000, _native.DEFAULT_CACHE_BLOCK_BYTES, seed=4, index_bytes=index
+    )
     assert s.config() == want.config()
     assert s.config()["block_bytes"] == 2**20
     assert np.array_equal(s.next(), want.next())

@@ -43,18 +43,22 @@ def unpermute(length: int, key: int, value: int) -> int:
     return x
 
 
-def geometry(length: int, data_bytes: int, block_bytes: int, window_bytes: int):
+def geometry(
+    length: int, data_bytes: int, block_bytes: int, window_bytes: int, index_bytes: int = 0
+):
     """(group, window, windows, last): positions per group and per window, windows
-    per pass, positions of the last window."""
-    group = length if data_bytes == 0 else min(length, max(1, block_bytes * length // data_bytes))
+    per pass, positions of the last window. Groups are sized from the data and
+    the index bytes together."""
+    total = data_bytes + index_bytes
+    group = length if total == 0 else min(length, max(1, block_bytes * length // total))
     window = min(length, max(1, window_bytes // block_bytes) * group)
     windows = -(-length // window)
     return group, window, windows, length - (windows - 1) * window
 
 
-def position(length, data_bytes, block_bytes, window_bytes, seed, n) -> int:
+def position(length, data_bytes, block_bytes, window_bytes, seed, n, index_bytes=0) -> int:
     """The record of draw number ``n`` (any integer >= 0)."""
-    _, window, windows, last = geometry(length, data_bytes, block_bytes, window_bytes)
+    _, window, windows, last = geometry(length, data_bytes, block_bytes, window_bytes, index_bytes)
     p, k = divmod(n, length)
     p &= M64
     order_key = stream_key(seed, TAG_WINDOW_ORDER, p)
@@ -70,9 +74,13 @@ def position(length, data_bytes, block_bytes, window_bytes, seed, n) -> int:
     return w * window + permute(size, key, offset)
 
 
-def batch(length, data_bytes, block_bytes, window_bytes, batch_size, seed, step) -> list[int]:
+def batch(
+    length, data_bytes, block_bytes, window_bytes, batch_size, seed, step, index_bytes=0
+) -> list[int]:
     """The batch of ``step`` as a list of Python ints."""
     return [
-        position(length, data_bytes, block_bytes, window_bytes, seed, step * batch_size + i)
+        position(
+            length, data_bytes, block_bytes, window_bytes, seed, step * batch_size + i, index_bytes
+        )
         for i in range(batch_size)
     ]

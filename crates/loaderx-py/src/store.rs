@@ -196,6 +196,14 @@ impl PyStore {
         self.info().header().shard_sizes.clone()
     }
 
+    /// The size of the index file: an entry per record, as the header and
+    /// the schema say (nothing is read).
+    #[getter]
+    fn index_bytes(&self) -> u64 {
+        let entry = self.info().schema().entry_size() as u64;
+        self.info().len().saturating_mul(entry)
+    }
+
     /// Whether gathers verify each record's checksum.
     #[getter]
     fn checked(&self) -> bool {

@@ -34,10 +34,12 @@ impl PyWindowed {
 #[pymethods]
 impl PyWindowed {
     #[new]
+    #[allow(clippy::too_many_arguments)] // Python's arguments, one to one
     fn new(
         py: Python<'_>,
         length: &Bound<'_, PyAny>,
         data_bytes: &Bound<'_, PyAny>,
+        index_bytes: &Bound<'_, PyAny>,
         block_bytes: &Bound<'_, PyAny>,
         window_bytes: &Bound<'_, PyAny>,
         batch_size: &Bound<'_, PyAny>,
@@ -45,14 +47,23 @@ impl PyWindowed {
     ) -> PyResult<Self> {
         let length = int_arg(length, "length", 1)?;
         let data_bytes = int_arg(data_bytes, "data_bytes", 0)?;
+        let index_bytes = int_arg(index_bytes, "index_bytes", 0)?;
         let block_bytes = int_arg(block_bytes, "block_bytes", 1)?;
         let window_bytes = int_arg(window_bytes, "window_bytes", 1)?;
         let batch = int_arg(batch_size, "batch_size", 1)?;
         let seed = int_arg(seed, "seed", 0)?;
         let batch = usize::try_from(batch)
             .map_err(|_| invalid_argument(format!("batch_size {batch} does not fit in memory")))?;
-        let core =
-            Windowed::new(length, data_bytes, block_bytes, window_bytes, batch, seed).py_err()?;
+        let core = Windowed::new(
+            length,
+            data_bytes,
+            index_bytes,
+            block_bytes,
+            window_bytes,
+            batch,
+            seed,
+        )
+        .py_err()?;
         let (array, region) = output(py, batch)?;
         Ok(PyWindowed {
             core,
@@ -84,13 +95,15 @@ impl PyWindowed {
         Ok(())
     }
 
-    /// `(length, data_bytes, block_bytes, window_bytes, batch_size, seed, next
-    /// step)`, for pickling and the resume state.
-    fn _state(&self) -> (u64, u64, u64, u64, usize, u64, u128) {
+    /// `(length, data_bytes, index_bytes, block_bytes, window_bytes,
+    /// batch_size, seed, next step)`, for pickling and the resume state.
+    #[allow(clippy::type_complexity)]
+    fn _state(&self) -> (u64, u64, u64, u64, u64, usize, u64, u128) {
         let c = &self.core;
         (
             c.length(),
             c.data_bytes(),
+            c.index_bytes(),
             c.block_bytes(),
             c.window_bytes(),
             c.batch(),

@@ -1,8 +1,9 @@
 //! WINDOWED: locality-aware shuffling, a pure function of the step.
 //!
 //! The positions `[0, length)` are cut into windows of `window` consecutive
-//! positions (the last may be shorter), about `window_bytes` of the store each,
-//! aligned to groups of about one cache block of records. Every pass over the
+//! positions (the last may be shorter), about `window_bytes` of the store each
+//! (its index entries and its data), aligned to groups of records whose entries
+//! and data fill about one cache block. Every pass over the
 //! records visits the windows in a fresh keyed order and the records of each
 //! window in a fresh keyed order, so a pass returns every record exactly once and
 //! reads the store a window at a time. Draw `n = step * batch + i` (exact) is slot
@@ -58,6 +59,7 @@ impl Feistel {
 pub struct Windowed {
     length: u64,
     data_bytes: u64,
+    index_bytes: u64,
     block_bytes: u64,
     window_bytes: u64,
     batch: usize,
@@ -90,13 +92,17 @@ struct PassOrder {
 impl Windowed {
     /// Checks the arguments once so that [`Windowed::fill`] only computes.
     ///
-    /// `length` records hold `data_bytes` bytes in all; groups are runs of
-    /// `max(1, floor(block_bytes * length / data_bytes))` positions (`length`
-    /// when `data_bytes` is 0, never more than `length`), and a window is
-    /// `max(1, window_bytes / block_bytes)` groups.
+    /// `length` records hold `data_bytes` bytes of data and `index_bytes` of
+    /// index entries in all; with `T = data_bytes + index_bytes` (exact),
+    /// groups are runs of `max(1, floor(block_bytes * length / T))` positions
+    /// (`length` when `T` is 0, never more than `length`), and a window is
+    /// `max(1, window_bytes / block_bytes)` groups. Counting the index too
+    /// keeps a window's index blocks within `window_bytes` where records are
+    /// tiny and their entries outweigh them.
     pub fn new(
         length: u64,
         data_bytes: u64,
+        index_bytes: u64,
         block_bytes: u64,
         window_bytes: u64,
         batch: usize,
@@ -116,7 +122,7 @@ impl Windowed {
         }
         u64::try_from(batch).map_err(|_| Error("batch_size does not fit in 64 bits".into()))?;
         let n = u128::from(length);
-        let group = match u128::from(data_bytes) {
+        let group = match u128::from(data_bytes) + u128::from(index_bytes) {
             0 => n,
             d => (u128::from(block_bytes) * n / d).clamp(1, n),
         };
@@ -128,6 +134,7 @@ impl Windowed {
         Ok(Windowed {
             length,
             data_bytes,
+            index_bytes,
             block_bytes,
             window_bytes,
             batch,
@@ -146,6 +153,10 @@ impl Windowed {
     /// The store's data bytes the groups are sized from.
     pub fn data_bytes(&self) -> u64 {
         self.data_bytes
+    }
+    /// The store's index bytes the groups are sized from.
+    pub fn index_bytes(&self) -> u64 {
+        self.index_bytes
     }
     /// The block size the groups are sized to.
     pub fn block_bytes(&self) -> u64 {
@@ -292,20 +303,35 @@ mod tests {
     #[test]
     fn geometry_follows_the_sizes() {
         // 1000 records of 100 bytes, blocks of 1000 bytes: groups of 10.
-        let w = Windowed::new(1000, 100_000, 1000, 3500, 7, 0).expect("w");
+        let w = Windowed::new(1000, 100_000, 0, 1000, 3500, 7, 0).expect("w");
         assert_eq!((w.group(), w.window(), w.windows()), (10, 30, 34));
         assert_eq!(w.last, 10);
         // Records larger than a block: one per group; a window below a block: one group.
-        let w = Windowed::new(10, 10_000, 100, 50, 3, 0).expect("w");
+        let w = Windowed::new(10, 10_000, 0, 100, 50, 3, 0).expect("w");
         assert_eq!((w.group(), w.window(), w.windows()), (1, 1, 10));
         // Empty records, or a window larger than the store: one window.
-        let w = Windowed::new(10, 0, 100, 1 << 40, 3, 0).expect("w");
+        let w = Windowed::new(10, 0, 0, 100, 1 << 40, 3, 0).expect("w");
         assert_eq!((w.group(), w.window(), w.windows()), (10, 10, 1));
-        let w = Windowed::new(u64::MAX, u64::MAX, u64::MAX, u64::MAX, 3, 0).expect("w");
+        let w = Windowed::new(u64::MAX, u64::MAX, 0, u64::MAX, u64::MAX, 3, 0).expect("w");
         assert_eq!(
             (w.group(), w.window(), w.windows()),
             (u64::MAX, u64::MAX, 1)
         );
+    }
+
+    #[test]
+    fn the_index_counts_with_the_data() {
+        // 1000 records of 8 bytes with 24-byte entries, blocks of 1024 bytes:
+        // groups of 1024 * 1000 / 32000 = 32 records, not 128.
+        let w = Windowed::new(1000, 8000, 24_000, 1024, 4096, 7, 0).expect("w");
+        assert_eq!((w.group(), w.window(), w.windows()), (32, 128, 8));
+        let data_only = Windowed::new(1000, 8000, 0, 1024, 4096, 7, 0).expect("w");
+        assert_eq!(data_only.group(), 128);
+        // An index alone sizes the groups; both at their largest do not overflow.
+        let w = Windowed::new(10, 0, 100, 20, 40, 3, 0).expect("w");
+        assert_eq!((w.group(), w.window()), (2, 4));
+        let w = Windowed::new(u64::MAX, u64::MAX, u64::MAX, u64::MAX, u64::MAX, 3, 0).expect("w");
+        assert_eq!((w.group(), w.windows()), (u64::MAX / 2, 3));
     }
 
     #[test]
@@ -320,7 +346,7 @@ mod tests {
             (4099, 40_990, 100, 1000, 256),
             (5, 50, 1, 1, 2),
         ] {
-            let s = Windowed::new(n, data, block, window_bytes, b, 3).expect("s");
+            let s = Windowed::new(n, data, 0, block, window_bytes, b, 3).expect("s");
             let total = 3 * n as usize;
             let steps = total.div_ceil(b) as u64;
             let mut all = Vec::new();
@@ -340,7 +366,7 @@ mod tests {
 
     #[test]
     fn windows_are_visited_one_at_a_time() {
-        let s = Windowed::new(1000, 100_000, 1000, 3500, 30, 9).expect("s");
+        let s = Windowed::new(1000, 100_000, 0, 1000, 3500, 30, 9).expect("s");
         let pass: Vec<u64> = (0..34).flat_map(|step| batch(&s, step)).collect();
         let mut changes = 0;
         for pair in pass[..1000].windows(2) {
@@ -351,11 +377,11 @@ mod tests {
 
     #[test]
     fn huge_steps_and_lengths_stay_in_range() {
-        let s = Windowed::new(u64::MAX, u64::MAX / 2, 1 << 20, 1 << 28, 1000, 1).expect("s");
+        let s = Windowed::new(u64::MAX, u64::MAX / 2, 0, 1 << 20, 1 << 28, 1000, 1).expect("s");
         for step in [0u64, 1, u64::MAX / 1000, u64::MAX] {
             assert!(batch(&s, step).iter().all(|&v| v < u64::MAX));
         }
-        let s = Windowed::new(7, 70, 10, 20, 5, 1).expect("s");
+        let s = Windowed::new(7, 70, 0, 10, 20, 5, 1).expect("s");
         let mut tail = batch(&s, u64::MAX - 1);
         tail.extend(batch(&s, u64::MAX));
         assert!(tail.iter().all(|&v| v < 7));
@@ -363,11 +389,11 @@ mod tests {
 
     #[test]
     fn invalid_arguments_are_errors() {
-        assert!(Windowed::new(0, 1, 1, 1, 1, 0).is_err());
-        assert!(Windowed::new(1, 1, 1, 1, 0, 0).is_err());
-        assert!(Windowed::new(1, 1, 0, 1, 1, 0).is_err());
-        assert!(Windowed::new(1, 1, 1, 0, 1, 0).is_err());
-        let s = Windowed::new(10, 10, 1, 1, 4, 0).expect("s");
+        assert!(Windowed::new(0, 1, 0, 1, 1, 1, 0).is_err());
+        assert!(Windowed::new(1, 1, 0, 1, 1, 0, 0).is_err());
+        assert!(Windowed::new(1, 1, 0, 0, 1, 1, 0).is_err());
+        assert!(Windowed::new(1, 1, 0, 1, 0, 1, 0).is_err());
+        let s = Windowed::new(10, 10, 0, 1, 1, 4, 0).expect("s");
         assert!(s.fill(0, &mut [0u64; 3]).is_err());
     }
 }

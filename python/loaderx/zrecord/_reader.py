@@ -287,6 +287,12 @@ class StoreReader(ABC, Generic[_BatchT]):
         """The size in bytes of each data file, in order."""
         return tuple(self._store().data_file_sizes)
 
+    @property
+    def index_bytes(self) -> int:
+        """The size in bytes of the index: one entry per record (known at open;
+        nothing is read)."""
+        return self._store().index_bytes
+
     def record_sizes(self, start: int = 0, stop: int | None = None) -> RecordSizes:
         """The logical and stored size of each record in ``start..stop`` (default:
         every record), read from the index; no record is read. A remote store
