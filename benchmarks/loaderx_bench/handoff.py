@@ -13,9 +13,10 @@ The first batch of every Loader is checked against the bare gather of the same
 positions before anything is timed. Each figure is the median of ``--rounds`` (3)
 rounds of ``--seconds`` (1.5 s) after 20 warm-up steps, the configurations
 alternating within a round. Printed: batches/s, the ratio to bare, the Loader's
-gather p50 from ``loader.stats()``; then what collecting the statistics costs per
-step (the recording calls one step makes, replayed 200,000 times) as a share of
-each Loader's measured step time.
+gather p50 from ``loader.stats()``; then what collecting the statistics costs:
+the statements that exist only for them, replayed 200,000 times for a step that
+is not sampled and for one that is, the sampling rate the loader picks at the
+measured workers=1 step time, and the resulting share of that step.
 
 With ``--builds REV...`` the same Loader rates are measured for each git revision
 side by side (before and after a change to the hand-off): every revision is built
@@ -145,25 +146,82 @@ def loader_rate(reader, batch: int, workers: int, seconds: float) -> tuple[float
         return rate, loader.stats()["stages"]["gather"]["p50_s"]
 
 
-def stats_cost(batch_value: object) -> float:
-    """Seconds per step of what the statistics add to a step: the six clock
-    reads of a step that waits for a remote read and has no transform (entering
-    next(), around the draw, the gather and the wait, at delivery), counting the
-    batch's bytes and recording it; a local step reads the clock four times."""
-    from loaderx.dataloader._stats import Recorder, batch_bytes
+def stats_cost(reader, batch: int, step_s: float) -> tuple[float, float, int, float]:
+    """What the statistics add to a step of `step_s` seconds on the path with
+    no worker thread (the Loader with workers >= 1 and no transform): the
+    statements of ``Pipeline.next``, ``step_ahead`` and ``draw_and_begin`` that
+    exist only for them, replayed in the same order, for a step not sampled and
+    for a sampled one (its five clock reads, the ready count over a full queue
+    of real begun gathers of `reader`, the lock, the record and its share of
+    the folding), less the replay's own loop. Returns (unsampled s, sampled s
+    more, the sampling threshold the recorder picks at that step time, the
+    resulting share of the step)."""
+    import threading
+    from collections import deque
 
-    rec = Recorder(8, ("draw", "gather"))
+    from loaderx.dataloader._begun import Begun, Later
+    from loaderx.dataloader._stats import EVERY_STEP, SAMPLE, SAMPLE_MASK, Recorder, _threshold
+
     clock = time.perf_counter_ns
-    rec.called(clock())
-    shards = [{"x": batch_value}]
-    t0 = time.perf_counter()
-    for _ in range(REPLAYS):
-        called, a, b, c, d = clock(), clock(), clock(), clock(), clock()
-        n = batch_bytes(shards)
-        now = clock()
-        rec.delivered((b - a, c - b, d - c, -1, now - called, n, 2), now)
-    rec.stats()
-    return (time.perf_counter() - t0) / REPLAYS
+    rec = Recorder(6, ("draw", "gather"))
+    rec.called(clock(), 0)
+    lock = threading.Lock()
+    pos = np.arange(batch, dtype=np.uint64)
+    begun = deque(Begun(k, [{"x": Later(reader._begin(pos, None))}]) for k in range(5))
+    while not begun[-1].ready():
+        time.sleep(0.001)
+    tally = object()  # the gathers count the bytes
+    item = begun[0]
+
+    def replay(threshold: int) -> float:
+        t0 = time.perf_counter()
+        for step in range(REPLAYS):
+            rec.threshold, rec.weight = threshold, 1
+            weight = rec.weight if SAMPLE[step & SAMPLE_MASK] < rec.threshold else 0
+            called = 0
+            if weight:
+                called = clock()
+            ready = 0
+            if weight and begun:  # step_ahead, the queue full
+                if begun[-1].ready():
+                    ready = len(begun)
+            if weight:  # draw_and_begin
+                a = clock()
+                b = clock()
+                item.end_ns = clock()
+                item.draw_ns, item.gather_ns, item.weight = b - a, item.end_ns - b, weight
+            else:
+                item.weight = 0
+            if tally is None:  # next()
+                pass
+            if weight or item.weight:
+                now = clock() if weight else None
+                gather = -1
+                if item.weight:
+                    gather = 0
+                    for v in item.later:
+                        gather += v.work_ns
+                times = (item.draw_ns, gather, -1, -1)
+                with lock:  # record()
+                    wait = -1 if now is None else now - called
+                    rec.delivered((*times, item.weight, wait, ready, weight), step, now)
+                    if now is not None and rec.report_every is not None:
+                        pass
+        rec.stats(REPLAYS)
+        return (time.perf_counter() - t0) / REPLAYS
+
+    def loop() -> float:
+        t0 = time.perf_counter()
+        for _ in range(REPLAYS):
+            rec.threshold, rec.weight = 0, 1
+        return (time.perf_counter() - t0) / REPLAYS
+
+    base = min(loop() for _ in range(3))
+    unsampled = min(replay(0) for _ in range(3)) - base
+    sampled = min(replay(EVERY_STEP) for _ in range(3)) - base - unsampled
+    t = _threshold(step_s * 1e9)
+    share = (unsampled + sampled * t / EVERY_STEP) / step_s
+    return unsampled, sampled, t, share
 
 
 def rates(reader, batch: int, seconds: float) -> dict[str, tuple[float, float]]:
@@ -268,14 +326,24 @@ def main(argv: list[str]) -> int:
             check(reader, batch)
             runs = [rates(reader, batch, args.seconds) for _ in range(args.rounds)]
             rows.append(row(label, runs))
-            cost = stats_cost(reader.gather(np.arange(batch, dtype=np.uint64)))
-            shares = [cost * statistics.median(r[f"w{w}"][0] for r in runs) for w in WORKERS]
-            cost_rows.append([label, f"{cost * 1e6:.2f}"] + [f"{s:.2%}" for s in shares])
+            rate = statistics.median(r["w1"][0] for r in runs)
+            unsampled, sampled, t, share = stats_cost(reader, batch, 1 / rate)
+            cost_rows.append(
+                [label, f"{1e6 / rate:.1f}", f"{unsampled * 1e9:.0f}", f"{sampled * 1e9:,.0f}"]
+                + [f"1 in {256 // t}", f"{share:.2%}"]
+            )
             reader.close()
     print()
     print(table(HEADS, rows))
     print()
-    heads = ["workload", "statistics µs/step"] + [f"share of a workers={w} step" for w in WORKERS]
+    heads = [
+        "workload",
+        "workers=1 step µs",
+        "statistics ns, step not sampled",
+        "ns more, sampled step",
+        "steps sampled",
+        "share of the step",
+    ]
     print(table(heads, cost_rows))
     print(f"\nLoad average at end: {load_average()}")
     return 0

@@ -10,7 +10,15 @@ import pytest
 from remote_servers import HTTP_STORAGE_OPTIONS
 
 from loaderx.dataloader import Loader, format_stats
-from loaderx.dataloader._stats import _buckets, _middle, _percentile
+from loaderx.dataloader._stats import (
+    EVERY_STEP,
+    SAMPLE,
+    SAMPLED_COST_NS,
+    _buckets,
+    _middle,
+    _percentile,
+    _threshold,
+)
 from loaderx.errors import InvalidArgumentError
 from loaderx.sampler import Sampler
 from loaderx.zrecord import Cache, Dense, Ragged, RaggedBatch
@@ -365,3 +373,133 @@ def test_a_callback_needs_a_period_and_must_be_callable(store):
         Loader({"x": [store]}, s, on_stats=print)
     with pytest.raises(TypeError, match="on_stats must be callable, got int"):
         Loader({"x": [store]}, s, stats_every=1, on_stats=3)
+
+
+# -- sampling ------------------------------------------------------------------------
+
+
+def test_each_threshold_samples_exactly_its_share_of_every_4096_steps():
+    assert len(SAMPLE) == 4096
+    for t in (1, 2, 4, 16, 64, 255, EVERY_STEP):
+        assert sum(v < t for v in SAMPLE) == 16 * t
+
+
+@pytest.mark.parametrize("t", [4, 16, 64])
+def test_sampled_steps_have_no_short_period(t):
+    # A training loop of period p (gradient accumulation, an evaluation every p
+    # steps) must not line up with the sampled steps: every phase is sampled,
+    # none much more than the others.
+    sampled = [s for s in range(4096) if SAMPLE[s] < t]
+    for p in range(2, 17):
+        if len(sampled) < 8 * p:
+            continue
+        counts = np.bincount(np.array(sampled) % p, minlength=p)
+        assert counts.min() > 0 and counts.max() <= 2 * len(sampled) / p, p
+
+
+def test_the_sampling_rate_keeps_measuring_under_a_quarter_percent():
+    assert _threshold(1.2e6) == EVERY_STEP  # 1.2 ms steps: every step
+    assert _threshold(1e6) == 128
+    assert _threshold(200e3) == 32
+    assert _threshold(23e3) == 4  # the fewest: one step in 64
+    assert _threshold(1e3) == 4
+    for period in (10e3, 23e3, 50e3, 100e3, 300e3, 1e6):
+        t = _threshold(period)
+        assert SAMPLED_COST_NS * t / EVERY_STEP <= 0.0025 * period or t == 4
+        assert t == EVERY_STEP or SAMPLED_COST_NS * 2 * t / EVERY_STEP > 0.0025 * period
+
+
+def _fast(tmp_path, kind):
+    if kind == "dense":
+        data = np.arange(5000 * 8, dtype=np.int32).reshape(5000, 8)
+        with Dense.create(tmp_path / "f", np.int32, (8,), codec="raw") as w:
+            w.append(data)
+        return Dense.open(tmp_path / "f"), np.full(5000, 32)
+    records = [np.full(1 + i % 13, i, np.int32) for i in range(5000)]
+    with Ragged.create(tmp_path / "f", np.int32, ndim=1, codec="raw") as w:
+        w.append(RaggedBatch.from_records(records))
+    return Ragged.open(tmp_path / "f"), np.array([r.nbytes for r in records])
+
+
+@pytest.mark.parametrize("kind", ["dense", "ragged"])
+@pytest.mark.parametrize("workers", [0, 1])
+def test_fast_steps_are_sampled_and_steps_and_bytes_stay_exact(tmp_path, kind, workers):
+    reader, sizes = _fast(tmp_path, kind)
+    s = Sampler(len(reader), 8, Sampler.Mode.IID, seed=5)
+    ref = Sampler(len(reader), 8, Sampler.Mode.IID, seed=5)
+    steps = 12_000
+    with Loader({"x": [reader]}, s, workers=workers) as loader:
+        for _ in range(steps):
+            loader.next()
+        st = loader.stats()
+        threshold = loader._pipeline.stats.threshold  # noqa: SLF001
+    assert threshold < EVERY_STEP  # sampling set in
+    want = sum(int(sizes[ref.next()].sum()) for _ in range(steps))
+    assert st["steps"] == steps and st["bytes_gathered"] == want
+    # The waits are every step's: with nothing else to do, the consumer spends
+    # most of its time in next().
+    assert 0.3 < st["input_bound"] <= 1.0
+    assert st["wait"]["total_s"] <= st["elapsed_s"]
+    gather = st["stages"]["gather"]
+    assert 0 < gather["p50_s"] <= gather["p95_s"] and gather["total_s"] < st["elapsed_s"]
+    assert st["queue"]["mean"] <= st["queue"]["capacity"]
+
+
+def test_a_custom_readers_bytes_are_counted_at_every_step(tmp_path):
+    class Arrays:
+        def __len__(self):
+            return 1000
+
+        def gather(self, positions):
+            return np.asarray(positions).astype(np.int16)
+
+    s = Sampler(1000, 10, SEQ)
+    with Loader({"x": [Arrays()]}, s, workers=0) as loader:
+        for _ in range(3000):
+            loader.next()
+        st = loader.stats()
+    assert st["steps"] == 3000 and st["bytes_gathered"] == 3000 * 10 * 2
+
+
+def test_a_resumed_loader_counts_its_own_steps(store):
+    s = Sampler(len(store), 64, SEQ)
+    with Loader({"x": [store]}, s, workers=1) as loader:
+        for _ in range(5):
+            loader.next()
+        state = loader.state_dict()
+    with Loader({"x": [store]}, Sampler(len(store), 64, SEQ), workers=1) as loader:
+        loader.load_state_dict(state)
+        for _ in range(3):
+            loader.next()
+        st = loader.stats()
+    assert st["steps"] == 3 and st["bytes_gathered"] == 3 * 64 * 16
+
+
+class SpinningSampler:
+    """Positions 0..7 again and again, each draw spinning `seconds` first."""
+
+    def __init__(self, seconds):
+        self.ns = int(seconds * 1e9)
+        self.batch = np.arange(8, dtype=np.uint64)
+
+    def next(self):
+        end = time.perf_counter_ns() + self.ns
+        while time.perf_counter_ns() < end:
+            pass
+        return self.batch
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_sampled_stage_stands_for_the_steps_between(tmp_path, workers):
+    reader, _ = _fast(tmp_path, "dense")
+    steps = 8000
+    with Loader({"x": [reader]}, SpinningSampler(40e-6), workers=workers) as loader:
+        for _ in range(steps):
+            loader.next()
+        st = loader.stats()
+        threshold = loader._pipeline.stats.threshold  # noqa: SLF001
+    assert threshold <= 32  # one step in 8 or fewer sampled, after the first 1024
+    draw = st["stages"]["draw"]
+    # Unweighted, the sampled draws would add up to a third of this or less.
+    assert 0.7 * steps * 40e-6 <= draw["total_s"] <= 2.5 * steps * 40e-6
+    assert close_to(draw["p50_s"], 40e-6, rel=1.5)

@@ -16,6 +16,7 @@ mod packing;
 mod publish;
 mod sampler;
 mod store;
+mod tally;
 mod windowed;
 mod writer;
 
@@ -157,6 +158,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dlpack::DLTensor>()?;
     m.add_class::<store::PyStore>()?;
     m.add_class::<store::PyPending>()?;
+    m.add_class::<tally::Tally>()?;
     m.add_class::<writer::PyWriter>()?;
     m.add_class::<allocator::PyAllocator>()?;
     m.add_class::<allocator::Allocation>()?;

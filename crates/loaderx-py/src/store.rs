@@ -17,6 +17,7 @@ use crate::allocator::PyAllocator;
 use crate::convert::{positions, storage_options};
 use crate::dlpack::{DLTensor, Memory};
 use crate::errors::{invalid_argument, wrong_type, IntoPy};
+use crate::tally::Tally;
 
 /// Per-record logical and stored byte counts.
 type SizeArrays<'py> = (Bound<'py, PyArray1<u64>>, Bound<'py, PyArray1<u64>>);
@@ -46,10 +47,14 @@ impl PyStore {
     }
 
     /// A Dense gather's block as one `(n, *shape)` tensor.
-    fn dense(&self, block: Block, mut shape: Vec<i64>) -> DLTensor {
+    fn dense(&self, block: Block, mut shape: Vec<i64>, tally: Option<&Tally>) -> DLTensor {
         let schema = self.info().schema();
         shape.extend(schema.item_shape.iter().map(|&d| d as i64));
-        DLTensor::pooled(block, shape, schema.dtype)
+        let tensor = DLTensor::pooled(block, shape, schema.dtype);
+        if let Some(t) = tally {
+            t.add(tensor.nbytes());
+        }
+        tensor
     }
 
     /// A Ragged gather's block as `(values, cu_seqlens, shapes)`.
@@ -57,13 +62,18 @@ impl PyStore {
         &self,
         block: Block,
         layout: Option<RaggedLayout>,
+        tally: Option<&Tally>,
     ) -> PyResult<(DLTensor, DLTensor, DLTensor)> {
         let layout = layout.ok_or_else(|| wrong_type("a Ragged gather on a Dense store"))?;
         let block = Arc::new(Memory::Pooled(block));
         let dtype = self.info().schema().dtype;
         let n = layout.records as i64;
+        let values = DLTensor::new(block.clone(), 0, vec![layout.elements as i64], dtype);
+        if let Some(t) = tally {
+            t.add(values.nbytes());
+        }
         Ok((
-            DLTensor::new(block.clone(), 0, vec![layout.elements as i64], dtype),
+            values,
             DLTensor::new(
                 block.clone(),
                 layout.cu_offset,
@@ -257,17 +267,20 @@ impl PyStore {
         self.info().path().to_path_buf()
     }
 
-    /// Dense records at `idx` as one `(len(idx), *item_shape)` tensor.
+    /// Dense records at `idx` as one `(len(idx), *item_shape)` tensor; its
+    /// bytes are added to `tally` when one is given.
+    #[pyo3(signature = (idx, allocator, tally=None))]
     fn gather_dense(
         &self,
         py: Python<'_>,
         idx: &Bound<'_, PyAny>,
         allocator: PyRef<'_, PyAllocator>,
+        tally: Option<PyRef<'_, Tally>>,
     ) -> PyResult<DLTensor> {
         self.check_kind(Kind::Dense)?;
         let idx = positions(idx, self.info().len())?;
         let (block, _) = self.records(py, &idx, allocator.allocator())?;
-        Ok(self.dense(block, vec![idx.len() as i64]))
+        Ok(self.dense(block, vec![idx.len() as i64], tally.as_deref()))
     }
 
     /// One Dense record, without the batch axis.
@@ -279,20 +292,23 @@ impl PyStore {
     ) -> PyResult<DLTensor> {
         self.check_kind(Kind::Dense)?;
         let (block, _) = self.records(py, &[pos], allocator.allocator())?;
-        Ok(self.dense(block, Vec::new()))
+        Ok(self.dense(block, Vec::new(), None))
     }
 
-    /// Ragged records at `idx` as `(values, cu_seqlens, shapes)` in one allocation.
+    /// Ragged records at `idx` as `(values, cu_seqlens, shapes)` in one
+    /// allocation; the values' bytes are added to `tally` when one is given.
+    #[pyo3(signature = (idx, allocator, tally=None))]
     fn gather_ragged(
         &self,
         py: Python<'_>,
         idx: &Bound<'_, PyAny>,
         allocator: PyRef<'_, PyAllocator>,
+        tally: Option<PyRef<'_, Tally>>,
     ) -> PyResult<(DLTensor, DLTensor, DLTensor)> {
         self.check_kind(Kind::Ragged)?;
         let idx = positions(idx, self.info().len())?;
         let (block, layout) = self.records(py, &idx, allocator.allocator())?;
-        self.ragged(block, layout)
+        self.ragged(block, layout, tally.as_deref())
     }
 
     /// Starts the gather of the records at `idx` into a block of `allocator`
@@ -328,22 +344,32 @@ impl PyStore {
         self.source.cancel_warm();
     }
 
-    /// A begun Dense gather as one `(n, *item_shape)` tensor.
-    fn finish_dense(&self, py: Python<'_>, pending: PyRef<'_, PyPending>) -> PyResult<DLTensor> {
+    /// A begun Dense gather as one `(n, *item_shape)` tensor, counted in
+    /// `tally` as `gather_dense` counts.
+    #[pyo3(signature = (pending, tally=None))]
+    fn finish_dense(
+        &self,
+        py: Python<'_>,
+        pending: PyRef<'_, PyPending>,
+        tally: Option<PyRef<'_, Tally>>,
+    ) -> PyResult<DLTensor> {
         self.check_kind(Kind::Dense)?;
         let (n, (block, _)) = self.finish(py, &pending)?;
-        Ok(self.dense(block, vec![n as i64]))
+        Ok(self.dense(block, vec![n as i64], tally.as_deref()))
     }
 
-    /// A begun Ragged gather as `(values, cu_seqlens, shapes)`.
+    /// A begun Ragged gather as `(values, cu_seqlens, shapes)`, counted in
+    /// `tally` as `gather_ragged` counts.
+    #[pyo3(signature = (pending, tally=None))]
     fn finish_ragged(
         &self,
         py: Python<'_>,
         pending: PyRef<'_, PyPending>,
+        tally: Option<PyRef<'_, Tally>>,
     ) -> PyResult<(DLTensor, DLTensor, DLTensor)> {
         self.check_kind(Kind::Ragged)?;
         let (_, (block, layout)) = self.finish(py, &pending)?;
-        self.ragged(block, layout)
+        self.ragged(block, layout, tally.as_deref())
     }
 
     /// Checks every record's checksum and decoding.

@@ -55,6 +55,7 @@ class Begun(Generic[B]):
         "parts",
         "step",
         "waits",
+        "weight",
     )
 
     def __init__(
@@ -75,6 +76,8 @@ class Begun(Generic[B]):
         ]
         self.waits = bool(self.later)
         self.draw_ns = self.gather_ns = self.end_ns = 0
+        # The steps its measured times stand for; 0 when they are not measured.
+        self.weight = 0
 
     def cancel(self) -> None:
         """Stops the reads still under way that can be stopped."""
@@ -83,7 +86,10 @@ class Begun(Generic[B]):
 
     def ready(self) -> bool:
         """Whether completing it would not wait."""
-        return self.error is not None or all(v.ready for v in self.later)
+        later = self.later
+        if len(later) == 1:  # one binding of one stream: without a generator
+            return later[0].ready
+        return self.error is not None or all(v.ready for v in later)
 
 
 # A step's time in each of STAGES, in nanoseconds; -1 for a stage it did not have.
@@ -92,9 +98,11 @@ NO_TIMES: Times = (-1, -1, -1, -1)
 
 
 class Step(Generic[T]):
-    """A finished step: its result or the exception it raised, and what it cost."""
+    """A finished step: its result or the exception it raised, and what it cost:
+    its times (standing for `weight` steps, or not measured when 0), its payload
+    bytes when the gathers do not count them, and the clock when it was done."""
 
-    __slots__ = ("end_ns", "error", "nbytes", "times", "value")
+    __slots__ = ("end_ns", "error", "nbytes", "times", "value", "weight")
 
     def __init__(
         self,
@@ -103,6 +111,7 @@ class Step(Generic[T]):
         times: Times = NO_TIMES,
         nbytes: int = 0,
         end_ns: int = 0,
+        weight: int = 0,
     ) -> None:
         self.value, self.error = value, error
-        self.times, self.nbytes, self.end_ns = times, nbytes, end_ns
+        self.times, self.nbytes, self.end_ns, self.weight = times, nbytes, end_ns, weight

@@ -17,15 +17,16 @@ from typing import Generic, TypeAlias, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
+from .. import _native
 from ..errors import InvalidArgumentError, LoaderxError
 from ..protocols import IndexSampler, PackedSampler, Positions, PrefetchingReader
 from ..zrecord._reader import StoreReader
-from ._begun import Begun, Later, Parts, Step
+from ._begun import Begun, Later, Parts, Step, Times
 from ._packs import PackSplit, pack_offsets, split_packs
 from ._process import split_description
 from ._readahead import ReadAhead
 from ._rng import StepInfo
-from ._stats import LoaderStats, Recorder, Report, Traffic, batch_bytes
+from ._stats import SAMPLE, SAMPLE_MASK, LoaderStats, Recorder, Report, Traffic, batch_bytes
 from ._streams import Streams
 
 B = TypeVar("B")  # what one reader's gather returns
@@ -33,6 +34,19 @@ T = TypeVar("T")  # what the consumer receives per step
 Shards: TypeAlias = list[dict[str, B]]
 
 POLL = 0.05  # seconds between checks of the closed flag while waiting
+clock = time.perf_counter_ns
+
+# How a binding's reader is read: a store's gather begun (on the background
+# gather thread, or a remote store's requests sent), a local store's gather
+# made at once, another reader's prefetch, another reader's gather.
+BEGIN, GATHER_STORE, PREFETCH, GATHER = range(4)
+
+
+def read_kind(reader: object, ahead: bool) -> int:
+    if isinstance(reader, StoreReader):
+        store = cast("StoreReader[object]", reader)
+        return BEGIN if ahead or store.url is not None else GATHER_STORE
+    return PREFETCH if isinstance(reader, PrefetchingReader) else GATHER
 
 
 def takes_step(transform: Callable[..., object]) -> bool:
@@ -124,7 +138,10 @@ class Pipeline(Generic[B, T]):
         self.prefetch = prefetch
         self.seed = seed
         self.process_index, self.process_count = process
-        self.cond = threading.Condition(threading.Lock())
+        # The condition's lock, taken bare where nothing waits or is notified:
+        # entering the condition costs several times more.
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
         self.draw = threading.Lock()  # serializes draw and gather across workers
         self.claimed = 0  # next step a worker will draw
         self.delivered = 0  # next step the consumer receives
@@ -144,8 +161,15 @@ class Pipeline(Generic[B, T]):
         self.ahead = workers > 0 and transform is None and streams.local
         # Remote readers fetch the blocks of the steps beyond those begun.
         self.read_ahead = ReadAhead.of(streams, sampler, self.split)
+        self.kinds = [[read_kind(r, self.ahead) for r in readers] for readers in streams.lists]
+        # The stores' gathers count the payload bytes themselves when every
+        # reader is a store's and a step is gathered as it is delivered (worker
+        # threads gather steps the consumer has not received yet).
+        stores = all(k in (BEGIN, GATHER_STORE) for kinds in self.kinds for k in kinds)
+        self.tally = _native.Tally() if stores and (workers == 0 or self.ahead) else None
         stages = ("draw", "gather") + (("transform",) if transform is not None else ())
-        self.stats = Recorder(prefetch + workers if workers else 0, stages, _traffic(streams))
+        capacity = prefetch + workers if workers else 0
+        self.stats = Recorder(capacity, stages, _traffic(streams), self.tally)
         self.stats.set_reports(stats_every, on_stats)
 
     # -- one step ---------------------------------------------------------------
@@ -171,22 +195,23 @@ class Pipeline(Generic[B, T]):
         # bindings' parts of it.
         positions = cast("Positions", idx[offset:stop])
         parts: Parts[B] = []
-        streams = self.streams
+        names, lists, tally = self.streams.names, self.streams.lists, self.tally
         for i in range(k):
             shard: dict[str, B | Later[B]] = {}
             pos = positions[bounds[i] : bounds[i + 1]]
-            for name, readers, prefetching in zip(
-                streams.names, streams.lists, streams.prefetching, strict=True
-            ):
-                later = None
-                if self.ahead:
-                    later = cast("StoreReader[B]", readers[i])._begin(pos)  # pyright: ignore[reportPrivateUsage]
-                elif prefetching[i]:
-                    later = cast("PrefetchingReader[B]", readers[i]).prefetch(pos)
-                if later is None:
-                    shard[name] = readers[i].gather(pos)
+            for name, readers, kinds in zip(names, lists, self.kinds, strict=True):
+                r, kind = readers[i], kinds[i]
+                if kind == BEGIN:
+                    store = cast("StoreReader[B]", r)
+                    shard[name] = Later(store._begin(pos, tally))  # pyright: ignore[reportPrivateUsage]
+                elif kind == GATHER_STORE:
+                    store = cast("StoreReader[B]", r)
+                    shard[name] = store._gather_counted(pos, tally)  # pyright: ignore[reportPrivateUsage]
                 else:
-                    shard[name] = Later(later)
+                    later = (
+                        cast("PrefetchingReader[B]", r).prefetch(pos) if kind == PREFETCH else None
+                    )
+                    shard[name] = r.gather(pos) if later is None else Later(later)
             parts.append(shard)
         info = None
         if self.with_step:
@@ -255,43 +280,53 @@ class Pipeline(Generic[B, T]):
             return self.transform(shards, info)
         return self.transform(shards)
 
-    # Each step reads the clock as few times as its stages need: statistics must
-    # cost well under 1% of a small gather.
+    # Only sampled steps time their stages (see _stats): statistics must cost
+    # well under 1% of a small gather.
 
-    def draw_and_begin(self, step: int, t0: int) -> Begun[B]:
-        """Draws and begins `step`; `t0` is the clock just before."""
+    def sampled(self, step: int) -> int:
+        """The steps `step` stands for when it is sampled, else 0."""
+        rec = self.stats
+        return rec.weight if SAMPLE[step & SAMPLE_MASK] < rec.threshold else 0
+
+    def draw_and_begin(self, step: int, weight: int) -> Begun[B]:
+        """Draws and begins `step`, timing both when `weight` (the steps it
+        stands for) is not 0."""
         ra = self.read_ahead
         if ra is not None and ra.peek is None and not ra.stopped:
             ra.before_first_draw(step)
+        if not weight:
+            return self.begin(step, self.sampler.next())
+        t0 = clock()
         drawn = self.sampler.next()
-        t1 = time.perf_counter_ns()
+        t1 = clock()
         item = self.begin(step, drawn)
-        item.end_ns = time.perf_counter_ns()
-        item.draw_ns, item.gather_ns = t1 - t0, item.end_ns - t1
+        item.end_ns = clock()
+        item.draw_ns, item.gather_ns, item.weight = t1 - t0, item.end_ns - t1, weight
         return item
 
     def run(self, item: Begun[B]) -> Step[T]:
-        """Completes and transforms a begun step, timing both; the step's ``end_ns``
-        is the clock when it was done."""
+        """Completes and transforms a begun step, timing both when it is sampled;
+        the step's ``end_ns`` is then the clock when it was done."""
         fetch = transform = -1
-        if item.waits:
-            t0 = time.perf_counter_ns()
+        if item.waits and item.weight:
+            t0 = clock()
             shards = self.completed(item)
-            end = time.perf_counter_ns()
+            end = clock()
             fetch = end - t0
         else:
             shards = self.completed(item)
             end = item.end_ns
         # Counted before the transform, which may replace the batches.
-        nbytes = batch_bytes(cast("list[dict[str, object]]", shards))
-        value = self.finish(shards, item.info)
-        if self.transform is not None:
-            t1 = end
-            end = time.perf_counter_ns()
-            transform = end - t1
-        return Step(
-            value, times=(item.draw_ns, item.gather_ns, fetch, transform), nbytes=nbytes, end_ns=end
+        nbytes = (
+            0 if self.tally is not None else batch_bytes(cast("list[dict[str, object]]", shards))
         )
+        value = self.finish(shards, item.info)
+        if self.transform is not None and item.weight:
+            t1 = end
+            end = clock()
+            transform = end - t1
+        times = (item.draw_ns, item.gather_ns, fetch, transform)
+        return Step(value, times=times, nbytes=nbytes, end_ns=end, weight=item.weight)
 
     # -- worker threads -----------------------------------------------------------
 
@@ -332,7 +367,7 @@ class Pipeline(Generic[B, T]):
                         step = self.claimed
                         self.claimed += 1
                     try:
-                        item = self.draw_and_begin(step, time.perf_counter_ns())
+                        item = self.draw_and_begin(step, self.sampled(step))
                     except BaseException as e:  # noqa: BLE001 - delivered to the consumer
                         self.begun.append(Begun(step, error=e))
                         break
@@ -386,38 +421,69 @@ class Pipeline(Generic[B, T]):
     def next(self) -> T:
         self.check_process()
         self.check_open()
-        called = time.perf_counter_ns()
+        rec = self.stats
+        report = None
         if self.workers == 0 or self.ahead:
             # One step at a time, so that consumers on several threads never draw
             # into the sampler's buffer while another gathers from it.
             with self.draw:
                 self.check_open_drawing()
-                if self.stats.first_call is None:  # once: no lock on later steps
+                called = clock()
+                step = self.delivered
+                # One decision per call: whether this delivery is sampled, and the
+                # step drawn in this call with it.
+                weight = rec.weight if SAMPLE[step & SAMPLE_MASK] < rec.threshold else 0
+                if rec.first_call is None:  # once: no lock on later steps
                     with self.cond:
-                        self.stats.called(called)
+                        rec.called(called, step)
                         if self.ahead:
                             self.start()
-                ready = 0
+                ready, done = 0, None
                 try:
                     if self.ahead:
-                        done, ready = self.step_ahead()
+                        value, item, ready = self.step_ahead(weight)
                     else:
-                        item = self.draw_and_begin(self.delivered, called)
+                        begun = self.draw_and_begin(step, weight)
                         if self.read_ahead is not None:
-                            self.read_ahead.advance(self.delivered + 1)
-                        done = self.run(item)
-                        del item
+                            self.read_ahead.advance(step + 1)
+                        done = self.run(begun)
+                        del begun
+                        value, item = done.value, None
                 except BaseException as e:
                     self.check_open_drawing()
                     self.failed = e
                     self.begun.clear()
                     raise
                 self.delivered += 1
-                with self.cond:
-                    report = self.record(done, called, ready, done.end_ns)
+                now = clock()
+                rec.waited += now - called
+                if item is not None:
+                    # No Step object on this path: it would cost more than the gather.
+                    if self.tally is None:
+                        rec.bytes += batch_bytes(cast("list[dict[str, object]]", value))
+                    if weight or item.weight:
+                        gather = -1
+                        if item.weight:
+                            gather = 0
+                            for v in item.later:
+                                gather += v.work_ns
+                        times = (item.draw_ns, gather, -1, -1)
+                        with self.lock:
+                            report = self.record(
+                                times, item.weight, step, weight, now - called, ready, now
+                            )
+                elif done is not None:
+                    rec.bytes += done.nbytes
+                    if weight or done.weight:
+                        with self.lock:
+                            report = self.record(
+                                done.times, done.weight, step, weight, now - called, ready, now
+                            )
         else:
             with self.cond:
-                self.stats.called(called)
+                called = clock()
+                weight = self.sampled(self.delivered)
+                rec.called(called, self.delivered)
                 if not self.started:
                     self.start()
                 ready = len(self.done)
@@ -425,18 +491,25 @@ class Pipeline(Generic[B, T]):
                 while self.delivered not in self.done:
                     self.check_open()
                     self.cond.wait(POLL)
-                done = self.done.pop(self.delivered)
+                step = self.delivered
+                done = self.done.pop(step)
                 if done.error is not None:
                     self.failed = done.error
                     self.cond.notify_all()
                     raise done.error
                 self.delivered += 1
                 self.cond.notify_all()
-                report = self.record(done, called, ready, time.perf_counter_ns())
+                now = clock()
+                rec.waited += now - called
+                rec.bytes += done.nbytes
+                if weight or done.weight:
+                    wait = now - called
+                    report = self.record(done.times, done.weight, step, weight, wait, ready, now)
+                value = done.value
         if report is not None:
             # Outside the lock: the callback may take its time, or call stats().
-            cast("Report", self.stats.report)(report)
-        return cast("T", done.value)
+            cast("Report", rec.report)(report)
+        return cast("T", value)
 
     def check_open_drawing(self) -> None:
         """check_open() for the thread that holds the draw lock, which drops the
@@ -445,50 +518,68 @@ class Pipeline(Generic[B, T]):
             self.begun.clear()
         self.check_open()
 
-    def step_ahead(self) -> tuple[Step[T], int]:
-        """The next step with no worker thread (under the draw lock), and how many
-        begun steps were ready when it was asked for. Begins the steps up to
-        ``workers + prefetch`` ahead of the consumer, whose gathers run in order
-        on the background gather thread, then waits, with the GIL released, for
-        the oldest."""
+    def step_ahead(self, weight: int) -> tuple[T, Begun[B], int]:
+        """The next step with no worker thread (under the draw lock): its value,
+        its begun step, and, when its delivery is sampled (`weight` > 0), how
+        many begun steps were ready when it was asked for. Begins the steps up
+        to ``workers + prefetch`` ahead of the consumer, whose gathers run in
+        order on the background gather thread, then waits, with the GIL
+        released, for the oldest."""
         begun = self.begun
         ready = 0
-        for item in begun:  # they finish in the order begun
-            if not item.ready():
-                break
-            ready += 1
+        if weight and begun:
+            # They finish in the order begun, each when its last gather has.
+            if begun[-1].ready():
+                ready = len(begun)
+            else:
+                for item in begun:
+                    if not item.ready():
+                        break
+                    ready += 1
         limit = self.workers + self.prefetch
         while self.claimed - self.delivered < limit and (not begun or begun[-1].error is None):
             step = self.claimed
             self.claimed += 1
             try:
-                item = self.draw_and_begin(step, time.perf_counter_ns())
+                item = self.draw_and_begin(step, weight)
             except BaseException as e:  # noqa: BLE001 - raised at its own step
                 item = Begun[B](step, error=e)
             begun.append(item)
         item = begun.popleft()
         if item.error is not None:
             raise item.error
-        shards = self.completed(item)
-        end = time.perf_counter_ns()
-        gather = sum(v.work_ns for v in item.later)
-        nbytes = batch_bytes(cast("list[dict[str, object]]", shards))
-        return Step(
-            cast("T", shards), times=(item.draw_ns, gather, -1, -1), nbytes=nbytes, end_ns=end
-        ), ready
+        return cast("T", self.completed(item)), item, ready
 
-    def record(self, done: Step[T], called: int, ready: int, now: int) -> LoaderStats | None:
-        """Counts a delivered step (under the condition lock); the report due, if any."""
-        self.stats.delivered((*done.times, now - called, done.nbytes, ready), now)
-        return self.stats.due(now) if self.stats.report_every is not None else None
+    def record(
+        self,
+        times: Times,
+        run_weight: int,
+        step: int,
+        weight: int,
+        wait: int,
+        ready: int,
+        now: int,
+    ) -> LoaderStats | None:
+        """Counts a sampled step (under the condition lock) delivered at the
+        clock `now`: its run's `times` when they were measured (`run_weight` >
+        0), and its delivery's `wait` and `ready` count when it is sampled
+        (`weight` > 0); returns the report due, if any."""
+        rec = self.stats
+        if not weight:
+            rec.delivered((*times, run_weight, -1, 0, 0), step, None)
+            return None
+        rec.delivered((*times, run_weight, wait, ready, weight), step, now)
+        if rec.report_every is None:
+            return None
+        return rec.due(now, self.delivered)
 
     def stats_now(self) -> LoaderStats:
         with self.cond:
-            return self.stats.stats()
+            return self.stats.stats(self.delivered)
 
     def reset_stats(self) -> None:
         with self.cond:
-            self.stats.reset()
+            self.stats.reset(self.delivered)
 
     # -- lifetime -----------------------------------------------------------------
 
@@ -536,7 +627,8 @@ class Pipeline(Generic[B, T]):
 
     def after_fork_in_child(self) -> None:
         # A worker may have held these locks at the fork, and it does not exist here.
-        self.cond = threading.Condition(threading.Lock())
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
         self.draw = threading.Lock()
         self.threads = []
         self.done.clear()

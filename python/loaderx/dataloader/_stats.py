@@ -1,11 +1,20 @@
 """What a Loader did: each stage's time per step, the consumer's waits, how full
 the queue of finished steps was, and the bytes delivered.
 
-The hot path only appends a step's integers to a list; every few thousand steps
-(and whenever statistics are read) they are folded at once into log-scale
-histograms of 16 buckets per octave, so percentiles are exact to 1/16 of an
-octave (about 4 %) and memory does not grow with the steps. Windows (``reset_stats()``, periodic
-reports) are differences of two snapshots of the running counters."""
+Steps, bytes and the consumer's total time in ``next()`` (the input-bound
+fraction) are counted at every step. Stage times, the percentiles of the waits
+and queue occupancy are measured on a sample of steps chosen so that measuring
+costs about a quarter of a percent of the step time: every step for the first
+1024 steps and while steps take longer than about a millisecond, and down to one
+in 64 when they take tens of microseconds. Which steps are sampled is a fixed
+pseudo-random function of the step number, so no training loop's period can
+line up with it, and each sampled step counts for the steps it stands for
+(totals are unbiased estimates). The hot path only appends a sampled step's
+integers to a list; every few thousand of them (and whenever statistics are
+read) they are folded at once into log-scale histograms of 16 buckets per
+octave, so percentiles are exact to 1/16 of an octave (about 4 %) and memory
+does not grow with the steps. Windows (``reset_stats()``, periodic reports) are
+differences of two snapshots of the running counters."""
 
 from __future__ import annotations
 
@@ -17,6 +26,7 @@ from typing import NamedTuple, TypeAlias, TypedDict, cast
 import numpy as np
 import numpy.typing as npt
 
+from .. import _native
 from ..zrecord import DLTensor, RaggedBatch
 
 #: Stages of a step, in the order they run. ``fetch_wait`` applies when a reader
@@ -78,11 +88,39 @@ def _no_traffic() -> tuple[int, int]:
     return (0, 0)
 
 
-# Columns of a pending step: the STAGES' times, the consumer's wait, the bytes,
-# the finished steps ready.
-_WAIT, _BYTES, _READY, _COLUMNS = len(STAGES), len(STAGES) + 1, len(STAGES) + 2, len(STAGES) + 3
-# Steps kept as Python integers before they are folded into the histograms at once.
+# Columns of a sampled step: the STAGES' times and the steps they stand for
+# (chosen when the step was drawn), then the consumer's wait, the finished steps
+# ready when it asked, and the steps those stand for (chosen at delivery).
+_RUN_WEIGHT = len(STAGES)
+_WAIT, _READY, _DELIVER_WEIGHT = _RUN_WEIGHT + 1, _RUN_WEIGHT + 2, _RUN_WEIGHT + 3
+_COLUMNS = _RUN_WEIGHT + 4
+_WAIT_ROW = len(STAGES)  # the histogram row and total of the consumer's wait
+# Sampled steps kept as Python integers before they are folded into the histograms.
 _FOLD = 4096
+
+#: Step ``s`` is sampled when ``SAMPLE[s & SAMPLE_MASK] < threshold``: each value
+#: 0..255 appears 16 times, in an order fixed by a seeded shuffle, so a
+#: threshold of t samples exactly t of every 256 steps (of each 4096) with no
+#: period shorter than 4096.
+SAMPLE: bytes = bytes(np.random.default_rng(0x5EED).permutation(np.arange(4096) % 256).tolist())
+SAMPLE_MASK = len(SAMPLE) - 1
+EVERY_STEP = 256  # the threshold that samples every step
+_FEWEST = 4  # the lowest threshold: one step in 64
+_WARMUP = 1024  # deliveries, all sampled, before the rate adapts
+_ADAPT = 16  # sampled deliveries between two settings of the rate
+#: What measuring one sampled step costs (clock reads, the queue count, the
+#: record), in nanoseconds: ``scripts/bench_handoff.py`` measures it.
+SAMPLED_COST_NS = 3_000
+_SHARE = 0.0025  # of the step time, spent measuring
+
+
+def _threshold(period_ns: float) -> int:
+    """The highest threshold (a power of two) at which sampled steps cost at
+    most _SHARE of steps of `period_ns`."""
+    t = EVERY_STEP
+    while t > _FEWEST and SAMPLED_COST_NS * t > _SHARE * EVERY_STEP * period_ns:
+        t >>= 1
+    return t
 
 
 def _buckets(ns: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -109,18 +147,15 @@ class _Counts:
     """Running totals since the loader started; copied to mark a window. Row i
     of the histograms is STAGES[i], the last row the consumer's wait."""
 
-    __slots__ = ("bytes", "hists", "queue", "steps", "totals")
+    __slots__ = ("hists", "queue", "totals")
 
     def __init__(self, queue_capacity: int) -> None:
-        self.steps = 0
-        self.bytes = 0
         self.hists = np.zeros((len(STAGES) + 1, _BUCKETS), np.int64)
         self.totals = np.zeros(len(STAGES) + 1, np.int64)
         self.queue = np.zeros(queue_capacity + 1, np.int64)
 
     def copy(self) -> _Counts:
         c = _Counts.__new__(_Counts)
-        c.steps, c.bytes = self.steps, self.bytes
         c.hists, c.totals, c.queue = self.hists.copy(), self.totals.copy(), self.queue.copy()
         return c
 
@@ -145,32 +180,53 @@ def _percentile(counts: npt.NDArray[np.int64], n: int, percent: int) -> float:
 
 
 class _Mark(NamedTuple):
-    """Where a window begins: the counters, the clock (None before the first
-    next()) and the stores' traffic then."""
+    """Where a window begins: the counters, the steps and bytes delivered, the
+    clock (None before the first next()) and the stores' traffic then."""
 
     counts: _Counts
+    steps: int
+    bytes: int
+    waited: int
     at: int | None
     traffic: tuple[int, int]
 
 
 class Recorder:
     """The counters of one Loader. Every method is called under the pipeline's
-    condition lock."""
+    condition lock or by the one thread that draws; the pipeline reads
+    ``threshold`` and ``weight`` to decide which steps it measures (a step is
+    sampled when ``SAMPLE[step & SAMPLE_MASK] < threshold`` and then stands for
+    ``weight`` steps)."""
 
     def __init__(
-        self, queue_capacity: int, stages: tuple[str, ...], traffic: Traffic = _no_traffic
+        self,
+        queue_capacity: int,
+        stages: tuple[str, ...],
+        traffic: Traffic = _no_traffic,
+        tally: _native.Tally | None = None,
     ) -> None:
         self.capacity = queue_capacity
         self.traffic = traffic
+        # Bytes counted by the gathers themselves; without it the pipeline adds
+        # each step's to `bytes`.
+        self.tally = tally
+        self.bytes = 0
+        # The consumer's time in next(), every step's: the input-bound fraction
+        # is not estimated.
+        self.waited = 0
+        self.threshold, self.weight = EVERY_STEP, 1
         # Reported always, in STAGES order; another stage once a step has had it
         # (fetch_wait: a reader that reads in the background had to be waited for).
         self.present = [name in stages for name in STAGES]
         self.counts = _Counts(queue_capacity)
-        self.pending: list[int] = []  # _COLUMNS integers per step not yet folded
+        self.pending: list[int] = []  # _COLUMNS integers per sampled step not yet folded
         self.first_call: int | None = None  # perf_counter_ns of the first next()
+        self.first_step = 0  # the step the first next() delivered (a resumed loader's)
         self.first_batch: int | None = None
+        self.sampled = 0  # deliveries sampled, for the warm-up
+        self.last: tuple[int, int] | None = None  # (step, clock) of the last one
         # The window stats() reports, and the period the next report covers.
-        self.window = self.last_report = _Mark(self.counts.copy(), None, traffic())
+        self.window = self.last_report = self._mark(0, None)
         self.report_every: int | None = None
         self.report: Report | None = None
 
@@ -180,70 +236,105 @@ class Recorder:
         self.report_every = int(every_s * 1e9)
         self.report = report if report is not None else print_summary
 
-    def called(self, now: int) -> None:
-        """The consumer entered next()."""
+    def _mark(self, steps: int, at: int | None) -> _Mark:
+        return _Mark(self.counts.copy(), steps, self._bytes(), self.waited, at, self.traffic())
+
+    def _bytes(self) -> int:
+        return self.bytes + (self.tally.bytes if self.tally is not None else 0)
+
+    def called(self, now: int, step: int) -> None:
+        """The consumer entered next() for `step`."""
         if self.first_call is None:
-            self.first_call = now
+            self.first_call, self.first_step = now, step
             self.window = self.window._replace(at=now)
             self.last_report = self.last_report._replace(at=now)
 
-    def delivered(self, step: tuple[int, ...], now: int) -> None:
-        """One step reached the consumer: its STAGES' times (-1 for a stage it
-        did not have), how long the consumer waited, its bytes and how many
-        finished steps were ready when the consumer asked (0 with no workers).
-        Kept as integers here; the histograms take them in bulk."""
-        self.pending.extend(step)
-        if self.first_batch is None:
-            self.first_batch = now
+    def delivered(self, row: tuple[int, ...], step: int, now: int | None) -> None:
+        """A sampled step reached the consumer: its STAGES' times (-1 for a stage
+        it did not have) and their weight (0 when they were not measured), how
+        long the consumer waited, how many finished steps were ready when it
+        asked (0 with no workers) and their weight, and the clock at delivery
+        (None when the delivery was not sampled). Kept as integers here; the
+        histograms take them in bulk."""
+        self.pending.extend(row)
+        if now is not None:
+            if self.first_batch is None:
+                self.first_batch = now
+            self.adapt(step, now)
         if len(self.pending) >= _FOLD * _COLUMNS:
             self._fold()
+
+    def adapt(self, step: int, now: int) -> None:
+        """Every _ADAPT sampled deliveries after the warm-up, sets the sampling
+        rate from the step time since the last time it did."""
+        self.sampled += 1
+        if self.sampled % _ADAPT:
+            return
+        last, self.last = self.last, (step, now)
+        if self.sampled <= _WARMUP or last is None or step <= last[0]:
+            return
+        t = _threshold((now - last[1]) / (step - last[0]))
+        self.threshold, self.weight = t, EVERY_STEP // t
 
     def _fold(self) -> None:
         if not self.pending:
             return
-        steps = np.array(self.pending, np.int64).reshape(-1, _COLUMNS)
+        steps = np.fromiter(self.pending, np.int64, len(self.pending)).reshape(-1, _COLUMNS)
         self.pending.clear()
         c = self.counts
-        c.steps += len(steps)
-        for row in range(_WAIT + 1):
-            col = steps[:, row]
-            col = col[col >= 0]
-            if col.size:
-                c.hists[row] += np.bincount(_buckets(col), minlength=_BUCKETS)
-                c.totals[row] += col.sum()
-                if row < _WAIT:
-                    self.present[row] = True
-        c.bytes += int(steps[:, _BYTES].sum())
-        ready = np.minimum(steps[:, _READY], self.capacity)
-        c.queue += np.bincount(ready, minlength=self.capacity + 1)
+        for row in range(len(STAGES)):
+            self._add(row, steps[:, row], steps[:, _RUN_WEIGHT])
+        self._add(_WAIT_ROW, steps[:, _WAIT], steps[:, _DELIVER_WEIGHT])
+        w = steps[:, _DELIVER_WEIGHT]
+        ready = np.minimum(steps[w > 0, _READY], self.capacity)
+        c.queue += np.bincount(ready, weights=w[w > 0], minlength=self.capacity + 1).astype(
+            np.int64
+        )
 
-    def reset(self) -> None:
+    def _add(self, row: int, ns: npt.NDArray[np.int64], weights: npt.NDArray[np.int64]) -> None:
+        keep = (ns >= 0) & (weights > 0)
+        if not keep.any():
+            return
+        ns, weights = ns[keep], weights[keep]
+        c = self.counts
+        c.hists[row] += np.bincount(_buckets(ns), weights=weights, minlength=_BUCKETS).astype(
+            np.int64
+        )
+        c.totals[row] += int(ns @ weights)
+        if row < _WAIT_ROW:
+            self.present[row] = True
+
+    def _steps(self, delivered: int) -> int:
+        return delivered - self.first_step if self.first_call is not None else 0
+
+    def reset(self, delivered: int) -> None:
         self._fold()
         at = time.perf_counter_ns() if self.first_call is not None else None
-        self.window = _Mark(self.counts.copy(), at, self.traffic())
+        self.window = self._mark(self._steps(delivered), at)
 
-    def stats(self) -> LoaderStats:
+    def stats(self, delivered: int) -> LoaderStats:
         self._fold()
-        return self._since(self.window, self.traffic())
+        return self._since(self.window, self._steps(delivered), self.traffic())
 
-    def due(self, now: int) -> LoaderStats | None:
+    def due(self, now: int, delivered: int) -> LoaderStats | None:
         """The report of the period just ended, when one is due; the caller calls
         ``self.report`` with it outside the lock."""
         at = self.last_report.at
         if self.report_every is None or at is None or now - at < self.report_every:
             return None
         self._fold()
-        moved = self.traffic()
-        out = self._since(self.last_report, moved)
-        self.last_report = _Mark(self.counts.copy(), now, moved)
+        moved, steps = self.traffic(), self._steps(delivered)
+        out = self._since(self.last_report, steps, moved)
+        self.last_report = _Mark(self.counts.copy(), steps, self._bytes(), self.waited, now, moved)
         return out
 
-    def _since(self, mark: _Mark, moved: tuple[int, int]) -> LoaderStats:
-        """The statistics from `mark` until now, `moved` being the traffic now."""
+    def _since(self, mark: _Mark, steps: int, moved: tuple[int, int]) -> LoaderStats:
+        """The statistics from `mark` until now, `steps` and `moved` being the
+        steps delivered and the traffic now."""
         c, before = self.counts, mark.counts
         fetched, cached = moved
         elapsed = 0 if mark.at is None else time.perf_counter_ns() - mark.at
-        wait_ns = int(c.totals[_WAIT] - before.totals[_WAIT])
+        wait_ns = self.waited - mark.waited
         queue = c.queue - before.queue
         seen = int(queue.sum())
         first = None
@@ -254,11 +345,11 @@ class Recorder:
         }
         nonzero = np.flatnonzero(queue)
         return {
-            "steps": c.steps - before.steps,
+            "steps": steps - mark.steps,
             "elapsed_s": elapsed / 1e9,
             "time_to_first_batch_s": first,
             "input_bound": min(1.0, wait_ns / elapsed) if elapsed > 0 else 0.0,
-            "wait": _stage(_WAIT, c, before),
+            "wait": {**_stage(_WAIT_ROW, c, before), "total_s": wait_ns / 1e9},
             "stages": stages,
             "queue": {
                 "capacity": self.capacity,
@@ -266,7 +357,7 @@ class Recorder:
                 "max": int(nonzero[-1]) if nonzero.size else 0,
                 "empty": int(queue[0]) / seen if seen else 0.0,
             },
-            "bytes_gathered": c.bytes - before.bytes,
+            "bytes_gathered": self._bytes() - mark.bytes,
             "bytes_fetched": fetched - mark.traffic[0],
             "bytes_from_cache": cached - mark.traffic[1],
         }

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Generic, TypeVar, cast
 
 from ..errors import InvalidArgumentError
-from ..protocols import PrefetchingReader, Reader
+from ..protocols import Reader
 from ..zrecord._reader import StoreReader
 from ._state import JSON, plain, store_identity
 
@@ -66,9 +66,6 @@ class Streams(Generic[B]):
             lists.append(cast("list[Reader[B]]", bindings))
         assert width is not None and length is not None
         self.names, self.lists, self.width, self.length = names, lists, width, length
-        self.prefetching = [
-            [isinstance(r, PrefetchingReader) for r in readers] for readers in lists
-        ]
         # Every reader a local store's: their gathers can be begun ahead and run
         # on the background gather thread, with no worker thread in between.
         self.local = all(

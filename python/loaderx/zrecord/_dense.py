@@ -169,10 +169,15 @@ class Dense(StoreReader[DLTensor]):
     def _many(self, store: _native.Store, pos: Positions) -> DLTensor:
         return store.gather_dense(pos, self._native_allocator())
 
-    def _finish(self, store: _native.Store, pending: _native.PendingGather) -> DLTensor:
-        return store.finish_dense(pending)
+    def _finish(
+        self, store: _native.Store, pending: _native.PendingGather, tally: _native.Tally | None
+    ) -> DLTensor:
+        return store.finish_dense(pending, tally)
 
     def gather(self, positions: Positions) -> DLTensor:
         """Batch read of a contiguous 1-D int64/uint64 position array, without
         the dispatch of ``__getitem__``: the loader's hot path."""
         return self._store().gather_dense(positions, self._native_allocator())
+
+    def _gather_counted(self, positions: Positions, tally: _native.Tally | None) -> DLTensor:
+        return self._store().gather_dense(positions, self._native_allocator(), tally)

@@ -315,12 +315,18 @@ class Ragged(StoreReader[RaggedBatch]):
         gathered = store.gather_ragged(pos, self._native_allocator())
         return RaggedBatch._trusted(*gathered)  # pyright: ignore[reportPrivateUsage]
 
-    def _finish(self, store: _native.Store, pending: _native.PendingGather) -> RaggedBatch:
-        gathered = store.finish_ragged(pending)
+    def _finish(
+        self, store: _native.Store, pending: _native.PendingGather, tally: _native.Tally | None
+    ) -> RaggedBatch:
+        gathered = store.finish_ragged(pending, tally)
         return RaggedBatch._trusted(*gathered)  # pyright: ignore[reportPrivateUsage]
 
     def gather(self, positions: Positions) -> RaggedBatch:
         """Batch read of a contiguous 1-D int64/uint64 position array: the
         loader's hot path."""
         gathered = self._store().gather_ragged(positions, self._native_allocator())
+        return RaggedBatch._trusted(*gathered)  # pyright: ignore[reportPrivateUsage]
+
+    def _gather_counted(self, positions: Positions, tally: _native.Tally | None) -> RaggedBatch:
+        gathered = self._store().gather_ragged(positions, self._native_allocator(), tally)
         return RaggedBatch._trusted(*gathered)  # pyright: ignore[reportPrivateUsage]

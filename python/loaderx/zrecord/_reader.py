@@ -90,15 +90,19 @@ class _Fetching(Generic[_BatchT]):
     requests, a local gather not started), even while another thread waits in
     the call."""
 
-    __slots__ = ("_pending", "_reader", "_store")
+    __slots__ = ("_pending", "_reader", "_store", "_tally")
 
     def __init__(
-        self, reader: StoreReader[_BatchT], store: _native.Store, pending: _native.PendingGather
+        self,
+        reader: StoreReader[_BatchT],
+        store: _native.Store,
+        pending: _native.PendingGather,
+        tally: _native.Tally | None,
     ) -> None:
-        self._reader, self._store, self._pending = reader, store, pending
+        self._reader, self._store, self._pending, self._tally = reader, store, pending, tally
 
     def __call__(self) -> _BatchT:
-        return self._reader._finish(self._store, self._pending)  # pyright: ignore[reportPrivateUsage]
+        return self._reader._finish(self._store, self._pending, self._tally)  # pyright: ignore[reportPrivateUsage]
 
     def cancel(self) -> None:
         self._pending.cancel()
@@ -372,7 +376,13 @@ class StoreReader(ABC, Generic[_BatchT]):
     def _many(self, store: _native.Store, pos: Positions) -> _BatchT: ...
 
     @abstractmethod
-    def _finish(self, store: _native.Store, pending: _native.PendingGather) -> _BatchT: ...
+    def _finish(
+        self, store: _native.Store, pending: _native.PendingGather, tally: _native.Tally | None
+    ) -> _BatchT: ...
+
+    @abstractmethod
+    def _gather_counted(self, positions: Positions, tally: _native.Tally | None) -> _BatchT:
+        """``gather(positions)``, adding the batch's payload bytes to `tally`."""
 
     def prefetch(self, positions: Positions) -> Callable[[], _BatchT] | None:
         """Starts the gather of `positions` and returns at once. A remote store
@@ -384,14 +394,15 @@ class StoreReader(ABC, Generic[_BatchT]):
         uncalled; calling it after ``cancel()`` raises ``StorageError``."""
         if self._remote is None:
             return None
-        return self._begin(positions)
+        return self._begin(positions, None)
 
-    def _begin(self, positions: Positions) -> _Fetching[_BatchT]:
+    def _begin(self, positions: Positions, tally: _native.Tally | None) -> _Fetching[_BatchT]:
         """Starts the gather of `positions` and returns what finishes it: a
         local store's gather runs on the background gather thread, behind the
-        gathers begun before it; a remote store's requests are sent."""
+        gathers begun before it; a remote store's requests are sent. The batch's
+        payload bytes are added to `tally` when it is finished."""
         store = self._store()
-        return _Fetching(self, store, store.begin(positions, self._native_allocator()))
+        return _Fetching(self, store, store.begin(positions, self._native_allocator()), tally)
 
     def _warm(self, positions: Positions) -> bool:
         """Begins fetching, in the background, the blocks a gather of
