@@ -287,6 +287,9 @@ def exercise_store(nat: Native, root: pathlib.Path, codec: str, dictionary: byte
     one = nat.call(dense, "get_dense", 7, host)
     assert (np.from_dlpack(batch) == DENSE[[4, 0, 4]]).all()
     assert (np.from_dlpack(one) == DENSE[7]).all()
+    tally = nat.call(_native.Tally, "__new__")
+    nat.call(dense, "gather_dense", np.array([1, 2], dtype=np.int64), host, tally)
+    assert nat.get(tally, "bytes") == 2 * DENSE[0].nbytes
     assert nat.get(dense, "url") is None
     assert nat.call(dense, "traffic") == (0, 0)
     assert nat.call(_native, "is_url", "s3://bucket/store") is True
@@ -318,6 +321,12 @@ def exercise_store(nat: Native, root: pathlib.Path, codec: str, dictionary: byte
     )
     assert counts == [2 * len(DENSE)]
     assert nat.call(_native, "remove_prefix", f"{base}/.parts", {}) > 0
+    assert sorted(os.listdir(root / "published")) == ["x"]
+    assert nat.call(_native, "occupied", base, [f"{base}/x", f"{base}/y"], {}) == [f"{base}/x"]
+    job = f"{base}/{_native.PARTS_DIR}-0123456789ab"
+    nat.call(_native, "put_object", f"{job}/heartbeat", b"0\n", {})
+    assert nat.call(_native, "clean_jobs", base, 3600.0, {}) == []  # still beating
+    assert nat.call(_native, "clean_jobs", base, 0.0, {}) == [job]
     assert sorted(os.listdir(root / "published")) == ["x"]
 
     ragged = nat.call(_native.Store, "open", str(root / "ragged"), checked=True)
