@@ -100,13 +100,15 @@ class ReadAhead:
 
     def positions(self, peek: IndexSampler) -> list[tuple[StoreReader[Any], Positions]]:
         """The next step of the copy: each remote reader with its binding's
-        positions (copies: the copy's buffer is overwritten at its next draw)."""
+        positions, views of the copy's buffer, which its next draw overwrites: a
+        warm copies them before it returns, and a refused one is tried again
+        before the copy draws again."""
         idx = np.asarray(peek.next())
         offset, _, bounds, _ = self.split(len(idx), peek)
         out: list[tuple[StoreReader[Any], Positions]] = []
         for i, readers in enumerate(self.per_binding):
             if readers:
-                pos = cast("Positions", idx[offset + bounds[i] : offset + bounds[i + 1]].copy())
+                pos = cast("Positions", idx[offset + bounds[i] : offset + bounds[i + 1]])
                 out.extend((r, pos) for r in readers)
         return out
 

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use loaderx_gather::{Error, Result};
 use tokio::sync::oneshot;
 use tokio::task::AbortHandle;
-use zrecord::data_file;
+use zrecord::{data_file, INDEX_FILE};
 
 use super::{RemoteStore, Source};
 use crate::cache::Cache;
@@ -52,7 +52,16 @@ struct State {
     /// Closed once the last warm begun has reserved its data blocks; the
     /// next one waits for it.
     last: Option<oneshot::Receiver<()>>,
+    /// Warms in a row that found every block held already, up to
+    /// [`MOST_IDLE`]; the next `2^idle - 1` warms are skipped, so that a pass
+    /// over a cache that holds it costs next to nothing.
+    idle: u32,
+    skip: u64,
 }
+
+/// After this many warms in a row found nothing to fetch, one warm in
+/// `2^MOST_IDLE` is begun: about one per step the Loader reads ahead.
+const MOST_IDLE: u32 = 6;
 
 impl Ahead {
     pub fn new(budget: u64, data: bool) -> Ahead {
@@ -126,6 +135,13 @@ impl Ahead {
         }
     }
 
+    /// Notes whether a warm found anything to fetch.
+    fn found(&self, work: bool) {
+        let mut s = self.state();
+        s.idle = if work { 0 } else { (s.idle + 1).min(MOST_IDLE) };
+        s.skip = (1u64 << s.idle) - 1;
+    }
+
     /// Frees the budget of the blocks of `keys` a gather used.
     pub fn used(&self, keys: impl IntoIterator<Item = BlockKey>) {
         if self.budget > 0 {
@@ -180,15 +196,21 @@ impl RemoteStore {
         if ahead.budget == 0 || (!on_demand && !ahead.data) {
             return Ok(true);
         }
-        let Ok(blocks) = meta.index_blocks(idx) else {
-            return Ok(true);
-        };
-        let s = ahead.state();
+        let mut s = ahead.state();
         if s.bytes >= ahead.budget {
             return Ok(false);
         }
+        if s.skip > 0 {
+            // The warms before found everything held: this step most likely too.
+            s.skip -= 1;
+            return Ok(true);
+        }
         let generation = s.generation;
         drop(s);
+        let Ok(blocks) = meta.index_blocks(idx) else {
+            return Ok(true);
+        };
+        let mut not_in_memory = Vec::new();
         let needed = if on_demand {
             let missing = blocks
                 .iter()
@@ -202,6 +224,7 @@ impl RemoteStore {
                 ahead.release(generation, taken);
                 return Ok(false);
             }
+            not_in_memory = taken;
             Some(blocks)
         } else {
             None
@@ -215,7 +238,7 @@ impl RemoteStore {
         let task = spawn(async move {
             // Failures are the gather's to report: it fetches what this did not.
             let _ = store
-                .warm_task(source, generation, needed, ids, prev, mine)
+                .warm_task(source, generation, (needed, not_in_memory), ids, prev, mine)
                 .await;
             Ok(())
         })?;
@@ -244,13 +267,29 @@ impl RemoteStore {
         &self,
         source: Source,
         generation: u64,
-        needed: Option<Vec<usize>>,
+        (needed, not_in_memory): (Option<Vec<usize>>, Vec<BlockKey>),
         ids: Vec<u64>,
         prev: Option<oneshot::Receiver<()>>,
         mine: oneshot::Sender<()>,
     ) -> Result<()> {
         let ahead = &self.0.ahead;
         let fetcher = source.fetcher.clone();
+        // Index blocks memory lacks that the cache lacks too: to be fetched.
+        let index_to_fetch = match (&source.cache, not_in_memory.is_empty()) {
+            (_, true) => false,
+            (None, false) => true,
+            (Some(cache), false) => {
+                let (c, id, meta) = (cache.clone(), source.id, self.clone());
+                tokio::task::spawn_blocking(move || {
+                    not_in_memory.iter().any(|&(_, b)| {
+                        let r = meta.0.meta.index_block_range(b as usize);
+                        !c.holds(id, INDEX_FILE, b, r.end - r.start)
+                    })
+                })
+                .await
+                .unwrap_or(true)
+            }
+        };
         let index_keys: Vec<BlockKey> = needed
             .iter()
             .flatten()
@@ -267,6 +306,7 @@ impl RemoteStore {
                     }
                 };
                 let Some(cache) = source.cache.clone().filter(|_| ahead.data) else {
+                    ahead.found(index_to_fetch);
                     return Ok(());
                 };
                 let entries = match &view {
@@ -297,6 +337,7 @@ impl RemoteStore {
                 })
                 .await
                 .map_err(|e| Error::internal(format!("reading the cache did not complete: {e}")))?;
+                ahead.found(index_to_fetch || !missing.is_empty());
                 if let Some(p) = prev {
                     // Ends when the warm begun before this one has reserved, or
                     // has stopped.
@@ -368,6 +409,23 @@ mod tests {
         assert_eq!(ahead.held(), (1, 1));
         ahead.release(1, [(0, 5)]);
         assert_eq!(ahead.held(), (0, 0));
+    }
+
+    #[test]
+    fn warms_that_find_nothing_to_fetch_space_out_the_next_ones() {
+        let ahead = Ahead::new(10, true);
+        let skip = |a: &Ahead| a.state().skip;
+        ahead.found(false);
+        assert_eq!(skip(&ahead), 1);
+        ahead.found(false);
+        assert_eq!(skip(&ahead), 3);
+        for _ in 0..10 {
+            ahead.found(false);
+        }
+        assert_eq!(skip(&ahead), (1 << MOST_IDLE) - 1);
+        // One warm that finds work warms every step again.
+        ahead.found(true);
+        assert_eq!((skip(&ahead), ahead.state().idle), (0, 0));
     }
 
     #[test]
