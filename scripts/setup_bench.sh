@@ -22,10 +22,13 @@ peer="${PEER_VENV:-.venv-peer}"
 "$peer/bin/python" -m pip install -q --upgrade pip
 "$peer/bin/python" -m pip install -q "loaderx==2.8.6" numpy
 # The servers the remote benchmarks read from (benchmarks/loaderx_bench/servers.py):
-# nginx from Debian (as root), and s3s-fs built by cargo (0.14.1, the newest that
-# builds with a Rust older than 1.96), both kept when already there.
-if ! command -v nginx >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    apt-get install -y -q nginx
+# nginx from Debian (as root) with its echo module, whose timer delays answers
+# (the kernel here has no netem), and s3s-fs built by cargo (0.14.1, the newest
+# that builds with a Rust older than 1.96), each kept when already there.
+echo_module=/usr/share/nginx/modules/ngx_http_echo_module.so
+if { ! command -v nginx >/dev/null || [ ! -e "$echo_module" ]; } \
+    && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get install -y -q nginx libnginx-mod-http-echo
 fi
 if ! command -v s3s-fs >/dev/null && [ ! -x "$HOME/.cargo/bin/s3s-fs" ]; then
     nice cargo install -q s3s-fs@0.14.1 --locked --features binary
