@@ -107,11 +107,11 @@ pub fn concat(
     let build = BuildDir::create(dest)?;
     let dir = build.path().to_path_buf();
     let (dict_size, dict_xxh3) = match &plan.dict {
-        Some(d) => write_whole(&dir.join(format::DICT_FILE), d)?,
+        Some(d) => write_whole(&dir.join(format::DICT_FILE), d, build.durable())?,
         None => (0, 0),
     };
     let (attrs_size, attrs_xxh3) = match &plan.attrs {
-        Some(a) => write_whole(&dir.join(format::ATTRS_FILE), a)?,
+        Some(a) => write_whole(&dir.join(format::ATTRS_FILE), a, build.durable())?,
         None => (0, 0),
     };
     let index_path = dir.join(format::INDEX_FILE);
@@ -182,9 +182,11 @@ pub fn concat(
         progress(done, plan.records)?;
     }
     index.file.flush().at(&index_path)?;
-    index.file.get_ref().sync_all().at(&index_path)?;
-    for (k, f) in placed.iter().enumerate() {
-        f.sync_all().at(&dir.join(format::data_file(k)))?;
+    if build.durable() {
+        index.file.get_ref().sync_all().at(&index_path)?;
+        for (k, f) in placed.iter().enumerate() {
+            f.sync_all().at(&dir.join(format::data_file(k)))?;
+        }
     }
     if index.size != plan.index_size {
         return Err(Error::Internal(format!(
@@ -195,6 +197,7 @@ pub fn concat(
     let index_sums_xxh3 = write_whole(
         &dir.join(format::INDEX_SUMS_FILE),
         &std::mem::take(&mut index.sums).finish(),
+        build.durable(),
     )?
     .1;
     let mut schema = plan.schema.clone();

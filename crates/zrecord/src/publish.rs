@@ -33,6 +33,18 @@ fn is_closed_build(parts: &[std::path::Component<'_>], k: usize) -> bool {
             .is_none_or(|next| next.as_os_str() != PARTS_DIR)
 }
 
+/// Whether `dest` lies inside a build directory's [`PARTS_DIR`]: a part store,
+/// which an engine's task writes for the build's owner to concatenate.
+fn is_part(dest: &Path) -> bool {
+    let parts: Vec<_> = dest.components().collect();
+    (0..parts.len()).any(|k| {
+        is_build_dir_name(parts[k].as_os_str())
+            && parts
+                .get(k + 1)
+                .is_some_and(|next| next.as_os_str() == PARTS_DIR)
+    })
+}
+
 /// The most bytes of one path component on the filesystems stores live on.
 const NAME_MAX: usize = 255;
 
@@ -268,6 +280,10 @@ pub struct BuildDir {
     /// Held open (and so locked) until the directory is published or removed.
     _lock: File,
     published: bool,
+    /// Whether its files and its publish are synced to disk: not for a part
+    /// store inside a build directory's [`PARTS_DIR`], which is never published
+    /// as such; whoever concatenates it syncs every file of the result.
+    durable: bool,
 }
 
 impl BuildDir {
@@ -336,6 +352,7 @@ impl BuildDir {
                 live_builds().push(r.clone());
             }
             return Ok(BuildDir {
+                durable: !is_part(&dest),
                 dest,
                 path,
                 real,
@@ -349,6 +366,12 @@ impl BuildDir {
     /// The build directory.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Whether the store's files are to be synced before it is published (see
+    /// the field).
+    pub(crate) fn durable(&self) -> bool {
+        self.durable
     }
 
     /// Where [`BuildDir::publish`] puts it.
@@ -365,13 +388,18 @@ impl BuildDir {
     /// crash: that is [`Error::PublishedNotDurable`], never a plain I/O error, so
     /// that nobody retries a publish that happened.
     pub fn publish(mut self) -> Result<()> {
-        fsync_dir(&self.path)?;
+        if self.durable {
+            fsync_dir(&self.path)?;
+        }
         rename_no_replace(&self.path, &self.dest)?;
         self.published = true;
         // The lock file did its work; a published store holds only its own
         // files. Should the unlink fail, an empty stray file is harmless: readers
         // open files by name and never list the directory.
         let _ = fs::remove_file(self.dest.join(LOCK_FILE));
+        if !self.durable {
+            return Ok(());
+        }
         let parent = match self.dest.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
@@ -451,13 +479,15 @@ pub fn clean_stale(parent: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// Writes a new file holding `bytes`, durably, and returns its size and xxh3-64.
-pub(crate) fn write_whole(path: &Path, bytes: &[u8]) -> Result<(u64, u64)> {
+pub(crate) fn write_whole(path: &Path, bytes: &[u8], sync: bool) -> Result<(u64, u64)> {
     let mut f = OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(path)
         .at(path)?;
-    f.write_all(bytes).and_then(|_| f.sync_all()).at(path)?;
+    f.write_all(bytes)
+        .and_then(|_| if sync { f.sync_all() } else { Ok(()) })
+        .at(path)?;
     Ok((bytes.len() as u64, xxh3_64(bytes)))
 }
 
@@ -473,7 +503,10 @@ pub(crate) fn publish_with_header(build: BuildDir, header: &Header) -> Result<u6
         .create_new(true)
         .open(&hp)
         .at(&hp)?;
-    hf.write_all(&bytes).and_then(|_| hf.sync_all()).at(&hp)?;
+    let sync = build.durable();
+    hf.write_all(&bytes)
+        .and_then(|_| if sync { hf.sync_all() } else { Ok(()) })
+        .at(&hp)?;
     build.publish()?;
     Ok(format::le_u64(&bytes, bytes.len() - 8))
 }
@@ -558,6 +591,21 @@ pub(crate) mod tests {
             assert!(!is_build_dir_name(std::ffi::OsStr::new(name)), "{name}");
         }
         assert!(is_build_dir_name(std::ffi::OsStr::new(".s.tmp-1-0000abcd")));
+    }
+
+    #[test]
+    fn only_stores_inside_a_builds_parts_directory_skip_syncing() {
+        let build = ".out.tmp-7-0000abcd";
+        for (dest, part) in [
+            (format!("/r/{build}/.parts/.p0.tmp/col"), true),
+            (format!("r/{build}/.parts/p000001-t3/col"), true),
+            (format!("/r/{build}/col"), false),
+            ("/r/.parts/p0/col".to_string(), false),
+            (format!("/r/{build}/x/.parts/col"), false),
+            ("/r/out/col".to_string(), false),
+        ] {
+            assert_eq!(is_part(Path::new(&dest)), part, "{dest}");
+        }
     }
 
     fn refused_message(dest: &Path) -> String {

@@ -210,8 +210,11 @@ impl Writer {
         if self.attrs_size > 0 {
             return Err(Error::InvalidArgument("attributes are already set".into()));
         }
-        (self.attrs_size, self.attrs_xxh3) =
-            write_whole(&self.tmp.join(format::ATTRS_FILE), attrs)?;
+        (self.attrs_size, self.attrs_xxh3) = write_whole(
+            &self.tmp.join(format::ATTRS_FILE),
+            attrs,
+            self.build.durable(),
+        )?;
         Ok(())
     }
 
@@ -241,7 +244,7 @@ impl Writer {
             .collect::<Result<Vec<_>>>()?;
         let (index, index_path) = open(tmp.join(format::INDEX_FILE))?;
         let (dict_size, dict_xxh3) = match dict {
-            Some(d) => write_whole(&tmp.join(format::DICT_FILE), d)?,
+            Some(d) => write_whole(&tmp.join(format::DICT_FILE), d, build.durable())?,
             None => (0, 0),
         };
         Ok(Writer {
@@ -464,13 +467,16 @@ impl Writer {
     pub fn finish(mut self) -> Result<()> {
         self.check_usable()?;
         self.index.flush().at(&self.index_path)?;
-        start_writeback(self.index.get_ref(), 0, 0);
-        for f in &self.files {
-            start_writeback(&f.file, 0, 0);
-        }
-        self.index.get_ref().sync_all().at(&self.index_path)?;
-        for f in &self.files {
-            f.file.sync_all().at(&f.path)?;
+        let durable = self.build.durable();
+        if durable {
+            start_writeback(self.index.get_ref(), 0, 0);
+            for f in &self.files {
+                start_writeback(&f.file, 0, 0);
+            }
+            self.index.get_ref().sync_all().at(&self.index_path)?;
+            for f in &self.files {
+                f.file.sync_all().at(&f.path)?;
+            }
         }
         let header = Header {
             schema: self.schema.clone(),
@@ -484,6 +490,7 @@ impl Writer {
             index_sums_xxh3: write_whole(
                 &self.tmp.join(format::INDEX_SUMS_FILE),
                 &std::mem::take(&mut self.index_sums).finish(),
+                durable,
             )?
             .1,
             attrs_size: self.attrs_size,
