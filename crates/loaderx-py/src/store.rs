@@ -487,8 +487,8 @@ pub fn put_object(
         .py_err()
 }
 
-/// Removes the engine job prefixes under `root` whose newest object is more
-/// than `older_than` seconds old; returns their URLs.
+/// Removes the engine job prefixes under `root` whose newest object is at least
+/// `older_than` seconds old; returns their URLs.
 #[pyfunction]
 pub fn clean_jobs(
     py: Python<'_>,

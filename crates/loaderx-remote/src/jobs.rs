@@ -121,7 +121,7 @@ pub fn remove_prefix(url: &str, options: &[(String, OptionValue)]) -> Result<u64
 }
 
 /// Removes the job prefixes directly under `root` whose newest object (a live
-/// driver refreshes its heartbeat object in it) was modified more than
+/// driver refreshes its heartbeat object in it) was modified at least
 /// `older_than` ago by this machine's clock, and returns their URLs. A job
 /// whose driver is alive and beating more often than `older_than` is never
 /// removed; the storage's clock and this one must agree to within the margin
@@ -161,7 +161,7 @@ pub fn clean_jobs(
                 .iter()
                 .map(|m| m.last_modified.timestamp_millis())
                 .max();
-            let stale = newest.is_none_or(|t| now_ms.saturating_sub(t) > older_ms);
+            let stale = newest.is_none_or(|t| now_ms.saturating_sub(t) >= older_ms);
             if stale {
                 let listed = metas.into_iter().map(|m| m.location).collect();
                 remove_all(&client, &job, listed, opts.max_concurrency).await?;

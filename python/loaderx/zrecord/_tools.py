@@ -73,7 +73,7 @@ def clean(
     ``loaderx.ray.write`` into that root left when their driver was killed, and
     returns their URLs. A live driver rewrites a heartbeat object in its prefix
     every ``JOB_HEARTBEAT_S`` (10) seconds, so a prefix whose newest object is
-    more than `older_than` seconds old (default ``JOB_STALE_S``, 600) has no
+    at least `older_than` seconds old (default ``JOB_STALE_S``, 600) has no
     driver; the age is the storage's modification time against this machine's
     clock, so `older_than` must exceed the heartbeat interval and any
     difference between the two clocks. Nothing else under the root is touched."""
