@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -222,6 +223,19 @@ def test_exit_codes(tmp_path, capsys):
     (tmp_path / "file").write_text("x")
     assert main(["clean", str(tmp_path / "file")]) == 2
     assert main(["clean", str(tmp_path)]) == 0
+
+
+def test_clean_of_a_url_removes_old_job_prefixes_only(tmp_path, capsys):
+    # A killed engine driver's job prefix, its heartbeat an hour old, and a live one's.
+    old, live = tmp_path / ".parts-0123456789ab", tmp_path / ".parts-ba9876543210"
+    for job in (old, live):
+        job.mkdir()
+        (job / "heartbeat").write_text("0\n")
+    hour_ago = time.time() - 3600
+    os.utime(old / "heartbeat", (hour_ago, hour_ago))
+    assert main(["clean", f"file://{tmp_path}"]) == 0
+    assert capsys.readouterr().out == f"removed file://{old}\n"
+    assert sorted(os.listdir(tmp_path)) == [live.name]
 
 
 def test_urls_go_to_open_unchanged(monkeypatch, capsys):

@@ -1,4 +1,5 @@
-"""``loaderx clean``: the build directories killed writers left behind."""
+"""``loaderx clean``: the build directories killed writers left behind, or for
+a URL the job prefixes killed engine drivers left."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add(new: NewCommand) -> None:
-    about = "remove build directories killed writers left"
+    about = "remove build directories killed writers left (a URL: killed engine jobs' prefixes)"
     p = new("clean", about)
     p.add_argument("paths", nargs="+", metavar="DIR")
     p.set_defaults(run=run)
