@@ -5,9 +5,9 @@ and time to first batch, every reader starting from an empty cache.
 The records are the first ``--records`` (2,500) images of ``data/vision``
 (``scripts/prepare_vision.py``: uint8 photographs of 3x224x224), each with its
 position as an int64 label. Each library writes them with its own writer,
-uncompressed, into the directory an s3s-fs server serves as the bucket
-``bench``: loaderx as two Dense stores (``Dense.create``), MosaicML Streaming as
-MDS shards (``MDSWriter``, ``ndarray`` and ``int64`` columns, its default shard
+uncompressed, and the files are sent to an s3s-fs server (PUT, one object
+per file) in the bucket ``bench``: loaderx as two Dense stores
+(``Dense.create``), MosaicML Streaming as MDS shards (``MDSWriter``, ``ndarray`` and ``int64`` columns, its default shard
 size), LitData as chunks (``litdata.optimize``, its default chunk size). nginx in
 front of s3s-fs waits ``--latency-ms`` (50) before answering each request, a
 distant object store's round trip; every reader reaches the bucket through it.
@@ -60,7 +60,7 @@ CONFIGS: list[tuple[str, str, dict]] = [
     ("loaderx", "defaults", {}),
     ("loaderx", "workers=2, prefetch=8", {"workers": 2, "prefetch": 8}),
     ("streaming", "defaults", {}),
-    ("streaming", "num_workers=2, predownload=256", {"num_workers": 2, "predownload": 256}),
+    ("streaming", "num_workers=2", {"num_workers": 2}),
     ("litdata", "defaults", {}),
     ("litdata", "num_workers=2, max_pre_download=8", {"num_workers": 2, "max_pre_download": 8}),
 ]
@@ -241,6 +241,17 @@ def writer(lib: str, n: int, out: str) -> None:
     emit({"status": "ok"})
 
 
+def put_tree(root: Path, url: str, options: dict) -> None:
+    """Every file under `root` as an object under `url`, sent through the server:
+    s3s-fs keeps what a PUT computed (its ETag) and answers a ranged GET of an
+    object it was sent without reading the whole file again, which it does for a
+    file placed in its directory by hand."""
+    from loaderx import _native
+
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        _native.put_object(f"{url}/{path.relative_to(root).as_posix()}", path.read_bytes(), options)
+
+
 # -- the run ------------------------------------------------------------------------
 
 
@@ -277,10 +288,10 @@ def main(argv: list[str]) -> int:
     )
     with one_bench_at_a_time(), tempfile.TemporaryDirectory(prefix="loaderx-peers-") as d:
         work = Path(d)
-        bucket = work / "s3" / BUCKET
+        (work / "s3" / BUCKET).mkdir(parents=True)
         sizes = {}
         for lib in ("loaderx", "streaming", "litdata"):
-            out = bucket / lib
+            out = work / "written" / lib
             out.mkdir(parents=True)
             t = time.perf_counter()
             if lib == "loaderx":
@@ -298,6 +309,8 @@ def main(argv: list[str]) -> int:
             S3sFs(work / "s3") as s3,
             Nginx(work / "s3", workers=2, delay_ms=args.latency_ms, upstream=s3.url) as front,
         ):
+            for lib in ("loaderx", "streaming", "litdata"):
+                put_tree(work / "written" / lib, f"s3://{BUCKET}/{lib}", s3.storage_options())
             opts = {**s3.storage_options(), "aws_endpoint": front.url}
             env = {
                 "AWS_ACCESS_KEY_ID": S3sFs.ACCESS_KEY,
