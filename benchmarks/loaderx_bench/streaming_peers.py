@@ -5,12 +5,13 @@ and time to first batch, every reader starting from an empty cache.
 The records are the first ``--records`` (2,500) images of ``data/vision``
 (``scripts/prepare_vision.py``: uint8 photographs of 3x224x224), each with its
 position as an int64 label. Each library writes them with its own writer,
-uncompressed, and the files are sent to an s3s-fs server (PUT, one object
-per file) in the bucket ``bench``: loaderx as two Dense stores
-(``Dense.create``), MosaicML Streaming as MDS shards (``MDSWriter``, ``ndarray`` and ``int64`` columns, its default shard
-size), LitData as chunks (``litdata.optimize``, its default chunk size). nginx in
-front of s3s-fs waits ``--latency-ms`` (50) before answering each request, a
-distant object store's round trip; every reader reaches the bucket through it.
+uncompressed, and the files are sent to an s3s-fs server (PUT, one object per
+file) in the bucket ``bench``: loaderx as two Dense stores (``Dense.create``),
+MosaicML Streaming as MDS shards (``MDSWriter``, ``ndarray`` and ``int64``
+columns, its default shard size), LitData as chunks (``litdata.optimize``, its
+default chunk size). nginx in front of s3s-fs waits ``--latency-ms`` (50) before
+answering each request, a distant object store's round trip; every reader
+reaches the bucket through it.
 
 Every configuration reads one pass (each record once, shuffled, in batches of
 64, the last one smaller) in a fresh process with an empty cache directory:
@@ -60,6 +61,7 @@ CONFIGS: list[tuple[str, str, dict]] = [
     ("loaderx", "defaults", {}),
     ("loaderx", "workers=2, prefetch=8", {"workers": 2, "prefetch": 8}),
     ("streaming", "defaults", {}),
+    ("streaming", "num_workers=1", {"num_workers": 1}),
     ("streaming", "num_workers=2", {"num_workers": 2}),
     ("litdata", "defaults", {}),
     ("litdata", "num_workers=2, max_pre_download=8", {"num_workers": 2, "max_pre_download": 8}),
@@ -320,6 +322,7 @@ def main(argv: list[str]) -> int:
                 "S3_ENDPOINT_URL": front.url,
             }
             results: dict[tuple[str, str], list[dict]] = {}
+            failed: dict[tuple[str, str], str] = {}
             for r in range(args.rounds):
                 for lib, label, setting in CONFIGS:
                     spec = {
@@ -331,12 +334,18 @@ def main(argv: list[str]) -> int:
                     }
                     path = work / "spec.json"
                     path.write_text(json.dumps(spec))
-                    got = run_worker(
-                        Path(sys.executable) if lib == "loaderx" else engines,
-                        _module_argv("--worker", lib, str(path)),
-                        env=env,
-                        timeout=1800,
-                    )  # fmt: skip
+                    try:
+                        got = run_worker(
+                            Path(sys.executable) if lib == "loaderx" else engines,
+                            _module_argv("--worker", lib, str(path)),
+                            env=env,
+                            timeout=1800,
+                        )  # fmt: skip
+                    except RuntimeError as e:
+                        # A setting the library cannot run is reported, not timed.
+                        failed[(lib, label)] = str(e)
+                        print(f"  round {r + 1} {lib} {label}: {e}", flush=True)
+                        continue
                     results.setdefault((lib, label), []).append(got)
                     print(
                         f"  round {r + 1} {lib} {label}: first batch {got['first_s']:.2f} s, "
@@ -345,7 +354,10 @@ def main(argv: list[str]) -> int:
                     )
     rows, best = [], {}
     for lib, label, _ in CONFIGS:
-        runs = results[(lib, label)]
+        runs = results.get((lib, label))
+        if not runs:
+            rows.append([lib, label, "failed", failed[(lib, label)][:80]])
+            continue
         first = statistics.median(r["first_s"] for r in runs)
         rate = statistics.median(r["images_s"] for r in runs)
         rows.append([lib, label, f"{first:.2f}", f"{rate:,.0f}"])
@@ -356,7 +368,7 @@ def main(argv: list[str]) -> int:
     print(table(["library", "setting", "first batch s", "images/s"], rows))
     lx = best["loaderx"]
     print()
-    for peer in ("streaming", "litdata"):
+    for peer in (p for p in ("streaming", "litdata") if p in best):
         p = best[peer]
         print(
             f"loaderx best ({lx[2]}) against {peer} best ({p[2]}): "
