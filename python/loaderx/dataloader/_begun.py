@@ -99,10 +99,10 @@ NO_TIMES: Times = (-1, -1, -1, -1)
 
 class Step(Generic[T]):
     """A finished step: its result or the exception it raised, and what it cost:
-    its times (standing for `weight` steps, or not measured when 0), its payload
-    bytes when the gathers do not count them, and the clock when it was done."""
+    its times (standing for `weight` steps, or not measured when 0) and its
+    payload bytes when the gathers do not count them."""
 
-    __slots__ = ("end_ns", "error", "nbytes", "times", "value", "weight")
+    __slots__ = ("error", "nbytes", "times", "value", "weight")
 
     def __init__(
         self,
@@ -110,8 +110,7 @@ class Step(Generic[T]):
         error: BaseException | None = None,
         times: Times = NO_TIMES,
         nbytes: int = 0,
-        end_ns: int = 0,
         weight: int = 0,
     ) -> None:
         self.value, self.error = value, error
-        self.times, self.nbytes, self.end_ns, self.weight = times, nbytes, end_ns, weight
+        self.times, self.nbytes, self.weight = times, nbytes, weight

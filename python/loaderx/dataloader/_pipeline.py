@@ -305,8 +305,7 @@ class Pipeline(Generic[B, T]):
         return item
 
     def run(self, item: Begun[B]) -> Step[T]:
-        """Completes and transforms a begun step, timing both when it is sampled;
-        the step's ``end_ns`` is then the clock when it was done."""
+        """Completes and transforms a begun step, timing both when it is sampled."""
         fetch = transform = -1
         if item.waits and item.weight:
             t0 = clock()
@@ -326,7 +325,7 @@ class Pipeline(Generic[B, T]):
             end = clock()
             transform = end - t1
         times = (item.draw_ns, item.gather_ns, fetch, transform)
-        return Step(value, times=times, nbytes=nbytes, end_ns=end, weight=item.weight)
+        return Step(value, times=times, nbytes=nbytes, weight=item.weight)
 
     # -- worker threads -----------------------------------------------------------
 
@@ -438,7 +437,7 @@ class Pipeline(Generic[B, T]):
                         rec.called(called, step)
                         if self.ahead:
                             self.start()
-                ready, done = 0, None
+                ready, done, item = 0, None, None
                 try:
                     if self.ahead:
                         value, item, ready = self.step_ahead(weight)
@@ -448,7 +447,7 @@ class Pipeline(Generic[B, T]):
                             self.read_ahead.advance(step + 1)
                         done = self.run(begun)
                         del begun
-                        value, item = done.value, None
+                        value = done.value
                 except BaseException as e:
                     self.check_open_drawing()
                     self.failed = e
@@ -458,9 +457,9 @@ class Pipeline(Generic[B, T]):
                 now = clock()
                 rec.waited += now - called
                 if item is not None:
-                    # No Step object on this path: it would cost more than the gather.
-                    if self.tally is None:
-                        rec.bytes += batch_bytes(cast("list[dict[str, object]]", value))
+                    # No Step object on this path: it would cost more than the
+                    # gather. Its readers are all local stores', whose gathers
+                    # count the bytes (the tally).
                     if weight or item.weight:
                         gather = -1
                         if item.weight:
