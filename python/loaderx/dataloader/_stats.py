@@ -236,8 +236,10 @@ class Recorder:
         self.report_every = int(every_s * 1e9)
         self.report = report if report is not None else print_summary
 
-    def _mark(self, steps: int, at: int | None) -> _Mark:
-        return _Mark(self.counts.copy(), steps, self._bytes(), self.waited, at, self.traffic())
+    def _mark(self, steps: int, at: int | None, moved: tuple[int, int] | None = None) -> _Mark:
+        """The running counters now, `moved` being the traffic (read when None)."""
+        moved = self.traffic() if moved is None else moved
+        return _Mark(self.counts.copy(), steps, self._bytes(), self.waited, at, moved)
 
     def _bytes(self) -> int:
         return self.bytes + (self.tally.bytes if self.tally is not None else 0)
@@ -325,7 +327,7 @@ class Recorder:
         self._fold()
         moved, steps = self.traffic(), self._steps(delivered)
         out = self._since(self.last_report, steps, moved)
-        self.last_report = _Mark(self.counts.copy(), steps, self._bytes(), self.waited, now, moved)
+        self.last_report = self._mark(steps, now, moved)
         return out
 
     def _since(self, mark: _Mark, steps: int, moved: tuple[int, int]) -> LoaderStats:
