@@ -151,9 +151,10 @@ def stats_cost(reader, batch: int, step_s: float) -> tuple[float, float, int, fl
     no worker thread (the Loader with workers >= 1 and no transform): the
     statements of ``Pipeline.next``, ``step_ahead`` and ``draw_and_begin`` that
     exist only for them, replayed in the same order, for a step not sampled and
-    for a sampled one (its five clock reads, the ready count over a full queue
-    of real begun gathers of `reader`, the lock, the record and its share of
-    the folding), less the replay's own loop. Returns (unsampled s, sampled s
+    for a sampled one (its three more clock reads, the ready count over a full
+    queue of real begun gathers of `reader`, the lock, the record and its share
+    of the folding), less the replay's own loop; every step reads the clock
+    twice for the consumer's wait. Returns (unsampled s, sampled s
     more, the sampling threshold the recorder picks at that step time, the
     resulting share of the step)."""
     import threading
@@ -170,17 +171,14 @@ def stats_cost(reader, batch: int, step_s: float) -> tuple[float, float, int, fl
     begun = deque(Begun(k, [{"x": Later(reader._begin(pos, None))}]) for k in range(5))
     while not begun[-1].ready():
         time.sleep(0.001)
-    tally = object()  # the gathers count the bytes
     item = begun[0]
 
     def replay(threshold: int) -> float:
         t0 = time.perf_counter()
         for step in range(REPLAYS):
             rec.threshold, rec.weight = threshold, 1
+            called = clock()  # next(): every step's wait is counted
             weight = rec.weight if SAMPLE[step & SAMPLE_MASK] < rec.threshold else 0
-            called = 0
-            if weight:
-                called = clock()
             ready = 0
             if weight and begun:  # step_ahead, the queue full
                 if begun[-1].ready():
@@ -192,10 +190,9 @@ def stats_cost(reader, batch: int, step_s: float) -> tuple[float, float, int, fl
                 item.draw_ns, item.gather_ns, item.weight = b - a, item.end_ns - b, weight
             else:
                 item.weight = 0
-            if tally is None:  # next()
-                pass
+            now = clock()  # next()
+            rec.waited += now - called
             if weight or item.weight:
-                now = clock() if weight else None
                 gather = -1
                 if item.weight:
                     gather = 0
@@ -203,10 +200,12 @@ def stats_cost(reader, batch: int, step_s: float) -> tuple[float, float, int, fl
                         gather += v.work_ns
                 times = (item.draw_ns, gather, -1, -1)
                 with lock:  # record()
-                    wait = -1 if now is None else now - called
-                    rec.delivered((*times, item.weight, wait, ready, weight), step, now)
-                    if now is not None and rec.report_every is not None:
-                        pass
+                    if not weight:
+                        rec.delivered((*times, item.weight, -1, 0, 0), step, None)
+                    else:
+                        rec.delivered((*times, item.weight, now - called, ready, weight), step, now)
+                        if rec.report_every is not None:
+                            pass
         rec.stats(REPLAYS)
         return (time.perf_counter() - t0) / REPLAYS
 
