@@ -88,11 +88,12 @@ def test_opening_costs_the_same_whatever_the_record_count(tiny):
         seen[name] = (rest, server.body_bytes() - sums)
         r.close()
     assert seen["small"] == seen["big"]
-    assert [e[:2] for e in seen["big"][0]] == [
-        ("GET", "header.bin"),
-        ("HEAD", "data-000.bin"),
-        ("HEAD", "header.bin"),
-        ("HEAD", "index.bin"),
+    # Two round trips: the header by one bounded read (its response gives its
+    # size), then index.sum and the other files' sizes at once.
+    assert seen["big"][0] == [
+        ("GET", "header.bin", "bytes=0-262143"),
+        ("HEAD", "data-000.bin", None),
+        ("HEAD", "index.bin", None),
     ]
     # The big store's index is 240 MB; its checksums are 8 bytes per block.
     assert (root / "big" / "index.bin").stat().st_size == 240_000_000
@@ -255,6 +256,62 @@ def test_an_index_of_another_size_than_the_header_says_fails_the_open(tmp_path, 
         with pytest.raises(ZrecordError) as e:
             Dense.open(url, storage_options=HTTP_STORAGE_OPTIONS)
         assert str(e.value) == f"{url}/index.bin: {why}"
+
+
+@pytest.mark.parametrize("part", [None, 8])
+@pytest.mark.parametrize("how", ["emptied", "truncated", "extended", "missing"])
+def test_checksums_of_another_size_than_the_header_says_fail_the_open(tmp_path, how, part):
+    """index.sum is read by requests whose answers give its size too (one, or one a
+    part of `part` bytes): a file of any other size than the header's, empty or
+    missing, fails the open by name."""
+    write_store(tmp_path / "s", "dense", "zstd", 9_000)
+    shutil.copytree(tmp_path / "s", tmp_path / "served" / "s")
+    sums = tmp_path / "served" / "s" / "index.sum"
+    data = sums.read_bytes()
+    if how == "missing":
+        sums.unlink()
+        why = f"the file is missing (the header says it is {len(data)} bytes)"
+    else:
+        changed = {"emptied": b"", "truncated": data[:16], "extended": data + b"\0" * 8}[how]
+        sums.write_bytes(changed)
+        why = f"the file is {len(changed)} bytes but the header says {len(data)}"
+    with RangeServer(tmp_path / "served") as server:
+        url = server.url + "/s"
+        opts = {**HTTP_STORAGE_OPTIONS, "max_request_bytes": part or 1 << 20}
+        with pytest.raises(ZrecordError) as e:
+            Dense.open(url, storage_options=opts)
+        assert str(e.value) == f"{url}/index.sum: {why}"
+        sums.write_bytes(data)
+        with Dense.open(url, storage_options=opts) as r:
+            assert len(r) == 9_000
+        asked = [rng for m, p, rng in server.log() if p == "/s/index.sum" and m == "GET"]
+        parts = -(-len(data) // (part or len(data)))
+        assert len(asked) == 2 * parts
+
+
+def test_a_header_is_read_by_one_request_and_refused_when_too_large_or_empty(tmp_path):
+    write_store(tmp_path / "s", "dense", "zstd", 100)
+    served = tmp_path / "served" / "s"
+    shutil.copytree(tmp_path / "s", served)
+    header = served / "header.bin"
+    with RangeServer(tmp_path / "served") as server:
+        url = server.url + "/s"
+        header.write_bytes(b"\0" * (256 << 10 | 1))
+        with pytest.raises(ZrecordError) as e:
+            Dense.open(url, storage_options=HTTP_STORAGE_OPTIONS)
+        assert str(e.value) == (
+            f"{url}/header.bin: the header is 262145 bytes; a header is at most 262144"
+        )
+        header.write_bytes(b"")
+        server.reset_counts()
+        with pytest.raises(ZrecordError) as e:
+            Dense.open(url, storage_options=HTTP_STORAGE_OPTIONS)
+        assert str(e.value) == f"{url}/header.bin: not a zrecord header (bad magic)"
+        # The empty file cannot answer a range; its size is asked after.
+        assert [(m, p) for m, p, _ in server.log()] == [
+            ("GET", "/s/header.bin"),
+            ("HEAD", "/s/header.bin"),
+        ]
 
 
 CHILD = """

@@ -151,15 +151,7 @@ fn transient(e: &object_store::Error) -> bool {
                 if let Some(h) = err.downcast_ref::<object_store::client::HttpError>() {
                     return !matches!(h.kind(), K::Unknown);
                 }
-                // A response with an error status. object_store keeps the status
-                // in a type it does not export and says "status code: NNN"; the
-                // fault tests (a 503 retried, a 403 not) pin that wording.
-                if let Some(code) = err
-                    .to_string()
-                    .split_once("status code: ")
-                    .and_then(|(_, rest)| rest.get(..3))
-                    .and_then(|c| c.parse::<u16>().ok())
-                {
+                if let Some(code) = status_in(err) {
                     return !(400..500).contains(&code) || code == 408 || code == 429;
                 }
             }
@@ -167,6 +159,24 @@ fn transient(e: &object_store::Error) -> bool {
         }
         _ => true,
     }
+}
+
+/// The status of a response with an error status. object_store keeps it in a
+/// type it does not export and says "status code: NNN"; the fault tests (a 503
+/// retried, a 403 not) pin that wording.
+fn status_in(err: &(dyn std::error::Error + 'static)) -> Option<u16> {
+    err.to_string()
+        .split_once("status code: ")
+        .and_then(|(_, rest)| rest.get(..3))
+        .and_then(|c| c.parse::<u16>().ok())
+}
+
+/// Whether `e` refuses a range that starts past the end of the object: a 416
+/// from a server, or object_store's own refusal (a local file's).
+fn past_the_end(e: &object_store::Error) -> bool {
+    crate::cause::chain(e).into_iter().any(|err| {
+        status_in(err) == Some(416) || err.to_string().starts_with("Wanted range starting at")
+    })
 }
 
 /// Why one attempt failed.
@@ -230,17 +240,21 @@ fn seconds_from(start: Instant, end: Instant) -> f64 {
 }
 
 /// One attempt at `range` of `path`: its response must begin by the first
-/// bound and be whole by the second ([`attempt_bounds`]).
+/// bound and be whole by the second ([`attempt_bounds`]). Returns the body and
+/// the object's size. A range running past the object's end is answered with
+/// the bytes up to it (`range` clamped); `exact` refuses that as a short
+/// response, as a read of a range the caller knows to exist must.
 async fn attempt(
     client: &Arc<dyn ObjectStore>,
     path: &object_store::path::Path,
     range: Range<u64>,
+    exact: bool,
     opts: &FetchOptions,
     until: Instant,
-) -> std::result::Result<Bytes, Failure> {
+) -> std::result::Result<(Bytes, u64), Failure> {
     let start = Instant::now();
     let (first, whole) = attempt_bounds(opts, until);
-    let want = range.end - range.start;
+    let asked = range.end - range.start;
     let get = client.get_opts(path, GetOptions::new().with_range(Some(range)));
     let response = match tokio::time::timeout_at(first, get).await {
         Err(_) => {
@@ -252,12 +266,20 @@ async fn attempt(
         Ok(Err(e)) => return Err(Failure::of(e)),
         Ok(Ok(r)) => r,
     };
+    let size = response.meta.size;
+    // object_store has checked the answered range against the one asked,
+    // clamped to the object's size.
+    let want = if exact {
+        asked
+    } else {
+        response.range.end - response.range.start
+    };
     match tokio::time::timeout_at(whole, response.bytes()).await {
         Err(_) => Err(Failure::Transient(format!(
             "no complete response within {:.3} s",
             seconds_from(start, whole)
         ))),
-        Ok(Ok(b)) if b.len() as u64 == want => Ok(b),
+        Ok(Ok(b)) if b.len() as u64 == want => Ok((b, size)),
         Ok(Ok(b)) => Err(Failure::Transient(format!(
             "the response held {} of the {want} bytes asked for",
             b.len()
@@ -517,11 +539,41 @@ impl Fetcher {
     /// `range` of the store's file `name`, retried as the options say. Each
     /// attempt holds one of the store's permits; a retry's wait holds none.
     pub async fn get_range(&self, name: &str, range: Range<u64>) -> Result<Bytes> {
+        let what = format!("reading bytes {}..{}", range.start, range.end);
+        match self.get(name, range, true, &what).await? {
+            Some((bytes, _)) => Ok(bytes),
+            None => Err(Error::internal("an exact read answered a missing file")),
+        }
+    }
+
+    /// The bytes of `range` of the store's file `name` that exist, with the
+    /// file's size: one request where [`Fetcher::size_of`] and
+    /// [`Fetcher::get_range`] would take two round trips. `what` says what was
+    /// asked in an error. `None` when the file does not exist, or ends before
+    /// `range` starts.
+    pub async fn get_sized(
+        &self,
+        name: &str,
+        range: Range<u64>,
+        what: &str,
+    ) -> Result<Option<(Bytes, u64)>> {
+        self.get(name, range, false, what).await
+    }
+
+    /// A read of `range` of `name`, `exact` or clamped to the file
+    /// ([`attempt`]); a missing file is `None` unless `exact`, which makes it
+    /// the error a store missing a file is.
+    async fn get(
+        &self,
+        name: &str,
+        range: Range<u64>,
+        exact: bool,
+        what: &str,
+    ) -> Result<Option<(Bytes, u64)>> {
         self.loc.check_local_file(name)?;
         let path = self.loc.path_of(name);
-        let what = format!("reading bytes {}..{}", range.start, range.end);
         self.tries()
-            .run(name, &what, |until| {
+            .run(name, what, |until| {
                 let (path, range) = (&path, range.clone());
                 async move {
                     let closed = |_| Failure::Transient("the request budget was closed".into());
@@ -530,11 +582,21 @@ impl Fetcher {
                         Err(_) => None,
                     };
                     let _permit = self.permits.acquire().await.map_err(closed)?;
-                    attempt(&self.client, path, range, &self.opts, until).await
+                    match attempt(&self.client, path, range, exact, &self.opts, until).await {
+                        Err(Failure::Permanent(object_store::Error::NotFound { .. })) if !exact => {
+                            Ok(None)
+                        }
+                        Err(Failure::Permanent(e)) if !exact && past_the_end(&e) => Ok(None),
+                        got => got.map(Some),
+                    }
                 }
             })
             .await
-            .inspect(|bytes| self.traffic.add_fetched(bytes.len()))
+            .inspect(|got| {
+                if let Some((bytes, _)) = got {
+                    self.traffic.add_fetched(bytes.len())
+                }
+            })
     }
 
     /// Runs `requests` against the store's data files, as many at once as the
@@ -551,14 +613,6 @@ impl Fetcher {
     /// when it does not exist.
     pub async fn size_of(&self, name: &str) -> Result<Option<u64>> {
         size_of(&self.client, name, &self.tries()).await
-    }
-
-    /// The whole store file `name`, whose size the header gives.
-    pub async fn whole(&self, name: &str, size: u64) -> Result<Bytes> {
-        if size == 0 {
-            return Ok(Bytes::new());
-        }
-        self.get_range(name, 0..size).await
     }
 }
 

@@ -200,10 +200,13 @@ pub struct FetchOptions {
 /// that blocks read ahead are not evicted before they are used.
 pub const DEFAULT_READ_AHEAD_BYTES: u64 = 256 << 20;
 
-/// Requests in flight per store unless the caller says otherwise: enough to keep
-/// a server busy through 50 ms of round trip at several hundred requests a
-/// second (docs/benchmarks.md), few enough that no object store throttles it.
-pub const DEFAULT_MAX_CONCURRENCY: usize = 64;
+/// Requests in flight per store unless the caller says otherwise. A first
+/// batch of 256 small records of a store far larger than the cache needs an
+/// index block and a data range per record: 256 at once fetch each kind in one
+/// round trip (at 64 a first batch through 50 ms took four rounds of each,
+/// docs/benchmarks.md). Requests per pass do not grow with it: they are fixed
+/// by the bytes a pass reads.
+pub const DEFAULT_MAX_CONCURRENCY: usize = 256;
 
 /// Most requests in flight per store a caller may ask for.
 pub const MAX_CONCURRENCY: usize = 1024;

@@ -17,6 +17,9 @@ use crate::runtime::block_on;
 
 /// Files up to this size go up in one request; larger ones in parts of this size.
 const PART_BYTES: usize = 32 << 20;
+/// Files uploaded at once at most, whatever `max_concurrency` allows: each
+/// holds a part of `PART_BYTES` in memory, so this bounds an upload's to 2 GiB.
+const FILES_AT_ONCE: usize = 64;
 
 /// Uploads the published store at `local` to `url`. The header, which a reader
 /// reads first and which names every other file's size and checksum, goes up
@@ -76,7 +79,7 @@ pub fn upload(
                 .iter()
                 .map(|(name, size)| put_file(&client, &reader, &tries, local, name, *size)),
         )
-        .buffer_unordered(opts.max_concurrency)
+        .buffer_unordered(opts.max_concurrency.min(FILES_AT_ONCE))
         .try_collect::<Vec<()>>()
         .await?;
         let header_bytes = read_all(&local.join(zrecord::HEADER_FILE))?;

@@ -45,6 +45,31 @@ async fn check_size(fetcher: &Fetcher, name: &str, size: u64) -> Result<()> {
     }
 }
 
+/// Parts of a small file asked for at once before its size is confirmed.
+const AT_ONCE: u64 = 16;
+
+/// `range` of the small file `name` that the header says is `size` bytes, and
+/// that size checked in the same request.
+async fn sized_part(fetcher: &Fetcher, name: &str, size: u64, range: Range<u64>) -> Result<Bytes> {
+    let what = format!("reading bytes {}..{}", range.start, range.end);
+    match fetcher.get_sized(name, range, &what).await {
+        Ok(Some((bytes, n))) if n == size => Ok(bytes),
+        Ok(Some((_, n))) => Err(corrupt(
+            fetcher.loc().url_of(name),
+            format!("the file is {n} bytes but the header says {size}"),
+        )),
+        // Missing, or shorter than the range: its size says which.
+        Ok(None) => {
+            check_size(fetcher, name, size).await?;
+            Err(Error::internal(format!(
+                "{what} of {} was refused as past its end, yet it has the {size} bytes the header says",
+                fetcher.loc().url_of(name)
+            )))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// One small file of the store, from the cache when it holds it with the
 /// header's checksum, else fetched (and cached). `store` is the header checksum.
 async fn small(
@@ -63,22 +88,30 @@ async fn small(
             c.remove_small(store, name);
         }
     }
-    // The header's size is a claim: asked of the server first, so that a
-    // header claiming a huge index costs one request, not one per part.
-    check_size(fetcher, name, size).await?;
-    // A large index comes in parallel parts.
+    // A large file comes in parallel parts, each response confirming the size.
+    // The header's size is a claim: past `AT_ONCE` parts the first confirms it
+    // before the others are asked for, so that a header claiming a huge file
+    // costs one request, not one per part.
     let step = fetcher.opts().max_request_bytes.max(1);
-    let parts = futures::future::try_join_all(
-        (0..size.div_ceil(step))
-            .map(|k| fetcher.get_range(name, k * step..((k + 1) * step).min(size))),
-    )
-    .await?;
+    let part = |k: u64| sized_part(fetcher, name, size, k * step..((k + 1) * step).min(size));
+    let parts = size.div_ceil(step);
+    let (first, rest) = if parts <= AT_ONCE {
+        let (first, rest) =
+            futures::try_join!(part(0), futures::future::try_join_all((1..parts).map(part)))?;
+        (first, rest)
+    } else {
+        let first = part(0).await?;
+        (
+            first,
+            futures::future::try_join_all((1..parts).map(part)).await?,
+        )
+    };
     let mut out = Vec::new();
     out.try_reserve_exact(size as usize)
         .map_err(|_| zrecord::Error::OutOfMemory {
             bytes: size as usize,
         })?;
-    for p in parts {
+    for p in std::iter::once(first).chain(rest) {
         out.extend_from_slice(&p);
     }
     if let Some(c) = cache {
@@ -89,6 +122,40 @@ async fn small(
     Ok(out)
 }
 
+/// The header, read by one request for as many bytes as a header may have,
+/// whose response gives the file's size too.
+async fn header_bytes(fetcher: &Fetcher) -> Result<Bytes> {
+    let loc = fetcher.loc();
+    let hname = zrecord::HEADER_FILE;
+    let not_found = || Error::NotFound {
+        url: loc.url().to_string(),
+        what: loc.url_of(hname),
+    };
+    let too_big = |size: u64| {
+        corrupt(
+            loc.url_of(hname),
+            format!(
+                "the header is {size} bytes; a header is at most {}",
+                zrecord::MAX_HEADER_BYTES
+            ),
+        )
+    };
+    let what = "reading the header";
+    match fetcher
+        .get_sized(hname, 0..zrecord::MAX_HEADER_BYTES, what)
+        .await
+    {
+        Ok(Some((_, size))) if size > zrecord::MAX_HEADER_BYTES => Err(too_big(size)),
+        Ok(Some((bytes, _))) => Ok(bytes),
+        // Missing, or empty (no range of it can be answered).
+        Ok(None) => match fetcher.size_of(hname).await? {
+            None => Err(not_found()),
+            Some(_) => Ok(Bytes::new()),
+        },
+        Err(e) => Err(e),
+    }
+}
+
 /// Reads and checks everything but the records: the header first, then the
 /// other small files and the data files' sizes, concurrently.
 pub(super) async fn open_parts(
@@ -97,25 +164,7 @@ pub(super) async fn open_parts(
 ) -> Result<Metadata<RemoteIndex>> {
     let loc = fetcher.loc();
     let hname = zrecord::HEADER_FILE;
-    let size = match fetcher.size_of(hname).await? {
-        Some(n) => n,
-        None => {
-            return Err(Error::NotFound {
-                url: loc.url().to_string(),
-                what: loc.url_of(hname),
-            })
-        }
-    };
-    if size > zrecord::MAX_HEADER_BYTES {
-        return Err(corrupt(
-            loc.url_of(hname),
-            format!(
-                "the header is {size} bytes; a header is at most {}",
-                zrecord::MAX_HEADER_BYTES
-            ),
-        ));
-    }
-    let hbytes = fetcher.whole(hname, size).await?;
+    let hbytes = header_bytes(fetcher).await?;
     let name = Path::new(loc.url());
     let header = zrecord::Header::decode(&hbytes, &name.join(hname))?;
     let id = header.checksum;
