@@ -21,7 +21,8 @@ and read in fresh processes:
 Every batch of every pass is checked against the records' values. The rate at 50
 ms against 0 ms is printed per record count. With ``--s3`` the store is also
 uploaded to s3s-fs and read through an nginx in front of it that adds the same
-wait.
+wait; ``--s3-up-to`` leaves larger stores to nginx alone, since the upload is a
+second copy of the store on the same disk.
 
 Usage: python scripts/bench_at_scale.py [--records 1000000,100000000] [--latencies 0,50]
 """
@@ -160,7 +161,7 @@ def measure(n: int, work: Path, latencies: list[float], args) -> list[dict]:
     )
     rows = [{"label": "local store", **run("pass", str(store), None, steps)}]
     s3 = None
-    if args.s3:
+    if args.s3 and n <= args.s3_up_to:
         (work / "s3" / "bench").mkdir(parents=True, exist_ok=True)
         s3 = S3sFs(work / "s3")
         s3.start()
@@ -242,6 +243,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", help="where the stores go (default: a new temporary folder)")
     ap.add_argument("--json", help="also write the results to this JSON file")
     ap.add_argument("--s3", action="store_true", help="also s3s-fs, behind nginx")
+    ap.add_argument(
+        "--s3-up-to",
+        type=int,
+        default=1 << 62,
+        help="stores of more records go to nginx only (an upload copies the store)",
+    )
     ap.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
