@@ -138,7 +138,7 @@ def test_a_bad_memory_budget_is_refused_naming_its_key(tiny):
         opts = {**HTTP_STORAGE_OPTIONS, "index_memory_bytes": bad}
         with pytest.raises(InvalidArgumentError, match="storage option index_memory_bytes"):
             Dense.open(f"{server.url}/small", storage_options=opts)
-    assert _native.DEFAULT_INDEX_MEMORY_BYTES == 64 << 20
+    assert _native.DEFAULT_INDEX_MEMORY_BYTES == 256 << 20
     assert "index_memory_bytes" in _native.LOADERX_STORAGE_OPTIONS
 
 

@@ -111,8 +111,12 @@ def test_the_budget_bounds_the_bytes_fetched_ahead(tmp_path, range_server, dense
     ld.close()
     budget = 6 * BLOCK
     reader, ld, ahead = first_step("on", read_ahead_bytes=budget)
-    # Something was read ahead, and no more than the budget.
-    assert alone + BLOCK < ahead <= alone + budget, (alone, ahead)
+    # Something was read ahead, and no more than the budget, but for the steps
+    # the Loader begins itself after the first (workers + prefetch = 4 of 64
+    # KB, within 5 blocks): where their gathers use blocks read ahead for them,
+    # the budget they free is read ahead again. Unbounded, read-ahead would take
+    # the whole store (64 blocks) in its 512 steps.
+    assert alone + BLOCK < ahead <= alone + budget + 5 * BLOCK, (alone, ahead)
     # Used blocks free the budget: consuming steps lets read-ahead go on, within it.
     for _ in range(10):
         next(ld)

@@ -25,11 +25,14 @@ use crate::cache::Cache;
 use crate::fetch::Fetcher;
 
 /// Bytes of index blocks a store keeps in memory between reads unless the
-/// `index_memory_bytes` storage option says otherwise: 1024 blocks, the entries
-/// of about 2.8 million Dense records, so that a sampler walking a window of
-/// the store finds its entries in memory, at a cost that does not depend on the
-/// store's size.
-pub const DEFAULT_INDEX_MEMORY_BYTES: u64 = 64 << 20;
+/// `index_memory_bytes` storage option says otherwise: 4096 blocks, the entries
+/// of about 11 million Dense records. A `WindowedSampler` window of the default
+/// size (256 MiB of index and data together) has at most that much index, so a
+/// pass walking it finds its entries in memory, at a cost that does not depend
+/// on the store's size. At 64 MiB a window of tiny records (154 MiB of index)
+/// pushed its blocks out before each came round again, and every step read
+/// hundreds back from the cache (docs/benchmarks.md, "At scale").
+pub const DEFAULT_INDEX_MEMORY_BYTES: u64 = 256 << 20;
 
 /// Index blocks one step of a read over a range of records (sizes, verify)
 /// fetches and holds at once: 16 MiB.
