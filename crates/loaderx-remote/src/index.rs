@@ -116,6 +116,25 @@ impl Memory {
         Some(block)
     }
 
+    /// The blocks `needed`, in order, under one lock, if memory holds every
+    /// one; `None` if any is missing. Each found is marked used.
+    pub fn get_all(&self, needed: &[usize]) -> Option<Vec<Block>> {
+        let mut lru = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut got = Vec::with_capacity(needed.len());
+        for &b in needed {
+            lru.tick += 1;
+            let tick = lru.tick;
+            // Those found before a missing one stay marked used: the gather
+            // that now fetches the rest uses them too.
+            let (block, used) = lru.blocks.get_mut(&b)?;
+            let (block, old) = (block.clone(), std::mem::replace(used, tick));
+            lru.order.remove(&old);
+            lru.order.insert(tick, b);
+            got.push(block);
+        }
+        Some(got)
+    }
+
     /// Whether memory holds block `b`, without marking it used.
     pub fn contains(&self, b: usize) -> bool {
         let lru = self.inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -466,5 +485,32 @@ mod tests {
         let none = Memory::new(0);
         none.put(block(0));
         assert_eq!(none.held(), (0, 0));
+    }
+
+    #[test]
+    fn get_all_gives_every_block_in_order_or_none_and_marks_them_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let (meta, index) = blocks_of(dir.path());
+        let block = |b: usize| {
+            let r = meta.index_block_range(b);
+            meta.check_index_block(
+                b,
+                Bytes::copy_from_slice(&index[r.start as usize..r.end as usize]),
+            )
+            .unwrap()
+        };
+        let bs = zrecord::INDEX_BLOCK_BYTES as u64;
+        let mem = Memory::new(3 * bs);
+        for b in 0..3 {
+            mem.put(block(b));
+        }
+        let got = mem.get_all(&[2, 0]).unwrap();
+        assert_eq!(got.iter().map(|b| b.block()).collect::<Vec<_>>(), [2, 0]);
+        assert_eq!(got[0].bytes(), block(2).bytes());
+        assert!(mem.get_all(&[0, 3]).is_none(), "block 3 is not held");
+        assert_eq!(mem.get_all(&[]).map(|v| v.len()), Some(0));
+        // Blocks 2 and 0 were used after block 1, which goes first.
+        mem.put(block(3));
+        assert!(mem.contains(0) && mem.contains(2) && !mem.contains(1));
     }
 }

@@ -22,6 +22,7 @@ use crate::runtime::{block_on, pid, spawn};
 mod ahead;
 mod open;
 mod pending;
+mod warm;
 
 use ahead::Ahead;
 use open::{check_sizes, open_parts};
@@ -204,12 +205,22 @@ impl RemoteStore {
     /// Starts fetching the stored bytes of the records at `idx` (from the cache
     /// where it holds them) and returns at once. Positions are checked here.
     /// The requests share the store's budget of requests in flight with every
-    /// other gather begun and not finished.
+    /// other gather begun and not finished. A gather whose blocks this process
+    /// holds in memory is read here, before it returns.
     pub fn begin(&self, idx: &[u64]) -> Result<Pending> {
         let meta = &self.0.meta;
         // Positions are checked here, before anything is fetched.
         let blocks = meta.index_blocks(idx)?;
         let needed = self.on_demand().then_some(blocks);
+        if let Some(fetched) = self.warm_fetched(idx, needed.as_deref())? {
+            return Ok(Pending {
+                store: self.clone(),
+                idx: idx.to_vec(),
+                pid: pid(),
+                task: None,
+                fetched: Some(fetched),
+            });
+        }
         let source = self.source()?;
         let (store, ids) = (self.clone(), idx.to_vec());
         let task = spawn(async move {
@@ -242,6 +253,7 @@ impl RemoteStore {
             idx: idx.to_vec(),
             pid: pid(),
             task: Some(task),
+            fetched: None,
         })
     }
 

@@ -281,3 +281,44 @@ fn anything_but_a_regular_file_at_a_cache_name_is_a_miss_without_blocking() {
         [Bytes::from_static(&[7; 3])]
     );
 }
+
+#[test]
+fn kept_blocks_are_those_read_whole_and_fresh_at_their_length() {
+    let d = tempfile::tempdir().unwrap();
+    let c = Cache::open(d.path(), 1 << 20, 16).unwrap();
+    c.put(7, "data-000.bin", 3, b"0123456789abcdef");
+    c.put(7, "data-001.bin", 0, b"fedcba9876543210");
+    assert!(
+        c.kept_blocks(7).block("data-000.bin", 3, 16).is_none(),
+        "written, not yet read"
+    );
+    c.read(7, "data-000.bin", 3, 16, &[0..1]).unwrap();
+    c.read(7, "data-001.bin", 0, 16, &[0..1]).unwrap();
+    let mut kept = c.kept_blocks(7);
+    assert_eq!(
+        kept.block("data-000.bin", 3, 16),
+        Some(Bytes::from_static(b"0123456789abcdef"))
+    );
+    assert_eq!(
+        kept.block("data-001.bin", 0, 16),
+        Some(Bytes::from_static(b"fedcba9876543210"))
+    );
+    assert!(
+        kept.block("data-000.bin", 3, 15).is_none(),
+        "another length"
+    );
+    assert!(kept.block("data-000.bin", 4, 16).is_none(), "another block");
+    assert!(kept.block("data-002.bin", 0, 16).is_none(), "another file");
+    drop(kept);
+    assert!(c.kept_blocks(8).block("data-000.bin", 3, 16).is_none());
+    // A block whose file's time is due for a refresh goes through `read`.
+    {
+        let mut map = c.kept.lock().unwrap();
+        for k in map.values_mut() {
+            k.touched = Instant::now() - TOUCH_AFTER - Duration::from_secs(1);
+        }
+    }
+    assert!(c.kept_blocks(7).block("data-000.bin", 3, 16).is_none());
+    c.read(7, "data-000.bin", 3, 16, &[0..1]).unwrap();
+    assert!(c.kept_blocks(7).block("data-000.bin", 3, 16).is_some());
+}

@@ -20,6 +20,8 @@ pub struct Pending {
     pub(super) idx: Vec<u64>,
     pub(super) pid: u32,
     pub(super) task: Option<JoinHandle<Result<Fetched>>>,
+    /// The bytes, when they were all in memory at the beginning.
+    pub(super) fetched: Option<Fetched>,
 }
 
 impl Pending {
@@ -56,22 +58,10 @@ impl Pending {
                 pid()
             )));
         }
-        let task = self
-            .task
-            .take()
-            .ok_or_else(|| Error::internal("the gather was already finished"))?;
-        let fetched = block_on(async move {
-            task.await.map_err(|e| {
-                if e.is_cancelled() {
-                    Error::Storage {
-                        url: url.to_string(),
-                        msg: "the gather was cancelled before its records arrived".into(),
-                    }
-                } else {
-                    Error::internal(format!("a remote fetch did not complete: {e}"))
-                }
-            })?
-        })?;
+        let fetched = match self.fetched.take() {
+            Some(f) => f,
+            None => self.wait(url)?,
+        };
         let idx = &self.idx;
         let view = fetched.view.as_ref();
         match store.fill(view, idx, &fetched.spans, allocator) {
@@ -91,6 +81,26 @@ impl Pending {
             }
             other => other,
         }
+    }
+
+    /// The bytes the gather's task fetched, once it ends.
+    fn wait(&mut self, url: &str) -> Result<Fetched> {
+        let task = self
+            .task
+            .take()
+            .ok_or_else(|| Error::internal("the gather was already finished"))?;
+        block_on(async move {
+            task.await.map_err(|e| {
+                if e.is_cancelled() {
+                    Error::Storage {
+                        url: url.to_string(),
+                        msg: "the gather was cancelled before its records arrived".into(),
+                    }
+                } else {
+                    Error::internal(format!("a remote fetch did not complete: {e}"))
+                }
+            })?
+        })
     }
 }
 

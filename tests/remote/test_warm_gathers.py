@@ -1,0 +1,69 @@
+"""Gathers whose blocks the process already holds in memory: the same values as
+the local store, nothing asked of the server, and the same traffic counts."""
+
+import numpy as np
+import pytest
+from remote_servers import HTTP_STORAGE_OPTIONS
+from test_remote import POSITIONS, N, check, opener, write_store
+
+from conftest import host
+from loaderx.zrecord import Cache
+
+# Record i of the Dense stores here is 6 x 5 float32: 120 stored bytes raw.
+RECORD = 120
+
+
+def data_gets(server):
+    return [(p, rng) for m, p, rng in server.log() if m == "GET" and "/data-" in p]
+
+
+def open_cached(server, kind, tmp_path):
+    cache = Cache(tmp_path / "cache", max_bytes=1 << 30, block_bytes=4096)
+    return opener(kind)(server.url + "/s", storage_options=HTTP_STORAGE_OPTIONS, cache=cache)
+
+
+@pytest.mark.parametrize("kind", ["dense", "ragged"])
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
+def test_gathers_from_memory_equal_the_local_store(tmp_path, range_server, kind, codec):
+    want = write_store(tmp_path / "s", kind, codec)
+    local = opener(kind)(tmp_path / "s")
+    with open_cached(range_server, kind, tmp_path) as r:
+        check(r, kind, want, np.arange(N))
+        range_server.reset_counts()
+        for positions in (POSITIONS, np.arange(N)[::-1].copy(), np.array([7, 7, 7]), POSITIONS):
+            check(r, kind, want, positions)
+            if kind == "dense":
+                np.testing.assert_array_equal(host(r[positions]), host(local[positions]))
+        assert data_gets(range_server) == []
+
+
+def test_a_warm_gather_counts_its_bytes_as_from_the_cache(tmp_path, range_server):
+    write_store(tmp_path / "s", "dense", "raw")
+    with open_cached(range_server, "dense", tmp_path) as r:
+        r[np.arange(N)]
+        fetched, from_cache = r.traffic()
+        r[np.arange(N)]
+        assert r.traffic() == (fetched, from_cache + N * RECORD)
+        # Repeated and neighbouring records: each stored byte is read once.
+        r[np.array([3, 3, 4, 200])]
+        assert r.traffic() == (fetched, from_cache + N * RECORD + 3 * RECORD)
+
+
+def test_a_gather_missing_one_block_fetches_that_block_alone(tmp_path, range_server):
+    want = write_store(tmp_path / "s", "dense", "raw")
+    with open_cached(range_server, "dense", tmp_path) as r:
+        check(r, "dense", want, np.arange(10))
+        fetched, from_cache = r.traffic()
+        range_server.reset_counts()
+        # Records 0..9 lie in the first block of the first data file, held in
+        # memory; the last record lies in the last block of the last one.
+        positions = np.array([*range(10), N - 1])
+        check(r, "dense", want, positions)
+        gets = data_gets(range_server)
+        assert len(gets) == 1
+        first, last = gets[0][1].removeprefix("bytes=").split("-")
+        block = int(last) - int(first) + 1
+        assert r.traffic() == (fetched + block, from_cache + 10 * RECORD)
+        range_server.reset_counts()
+        check(r, "dense", want, positions)
+        assert data_gets(range_server) == []
