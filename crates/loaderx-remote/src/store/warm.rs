@@ -94,10 +94,9 @@ impl RemoteStore {
         spans.sort();
         cached.sort_unstable();
         cached.dedup();
-        s.fetcher
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .1
+        // Through source(): a forked child counts on a fetcher of its own.
+        self.source()?
+            .fetcher
             .traffic
             .add_from_cache(bytes as usize);
         let index_keys = needed.into_iter().flatten().map(|&b| (INDEX_KEY, b as u64));
