@@ -178,9 +178,15 @@ class Nginx(_Process):
         # temporary directory, and as root nginx would otherwise switch to it.
         user = "user root root;" if os.geteuid() == 0 else ""
         serve = "limit_except GET { deny all; }"
+        upstream = ""
         if self.upstream is not None:
+            # Connections to the upstream are kept open and reused: without a
+            # pool nginx connects anew for every request, and a first batch of
+            # hundreds of requests at once took s3s-fs ten times as long.
+            address = self.upstream.removeprefix("http://").rstrip("/")
+            upstream = f"upstream origin {{ server {address}; keepalive 1024; }}"
             serve = (
-                f"proxy_pass {self.upstream}; proxy_set_header Host $http_host; "
+                "proxy_pass http://origin; proxy_set_header Host $http_host; "
                 'proxy_http_version 1.1; proxy_set_header Connection ""; '
                 "proxy_request_buffering off; proxy_buffering off;"
             )
@@ -214,6 +220,7 @@ http {{
     tcp_nopush on;
     keepalive_requests 100000;
     keepalive_timeout 75s;
+    {upstream}
     server {{
         listen {self.host}:{self.port} reuseport backlog=4096;
         root {self.root};
