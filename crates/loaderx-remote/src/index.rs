@@ -96,6 +96,19 @@ struct Lru {
     bytes: u64,
 }
 
+impl Lru {
+    /// Block `b` if held, marked used now.
+    fn used(&mut self, b: usize) -> Option<Block> {
+        self.tick += 1;
+        let tick = self.tick;
+        let (block, used) = self.blocks.get_mut(&b)?;
+        let (block, old) = (block.clone(), std::mem::replace(used, tick));
+        self.order.remove(&old);
+        self.order.insert(tick, b);
+        Some(block)
+    }
+}
+
 impl Memory {
     pub fn new(budget: u64) -> Memory {
         Memory {
@@ -106,33 +119,16 @@ impl Memory {
 
     /// Block `b` if memory holds it, marked used.
     pub fn get(&self, b: usize) -> Option<Block> {
-        let mut lru = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        lru.tick += 1;
-        let tick = lru.tick;
-        let (block, used) = lru.blocks.get_mut(&b)?;
-        let (block, old) = (block.clone(), std::mem::replace(used, tick));
-        lru.order.remove(&old);
-        lru.order.insert(tick, b);
-        Some(block)
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).used(b)
     }
 
     /// The blocks `needed`, in order, under one lock, if memory holds every
     /// one; `None` if any is missing. Each found is marked used.
     pub fn get_all(&self, needed: &[usize]) -> Option<Vec<Block>> {
         let mut lru = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let mut got = Vec::with_capacity(needed.len());
-        for &b in needed {
-            lru.tick += 1;
-            let tick = lru.tick;
-            // Those found before a missing one stay marked used: the gather
-            // that now fetches the rest uses them too.
-            let (block, used) = lru.blocks.get_mut(&b)?;
-            let (block, old) = (block.clone(), std::mem::replace(used, tick));
-            lru.order.remove(&old);
-            lru.order.insert(tick, b);
-            got.push(block);
-        }
-        Some(got)
+        // Those found before a missing one stay marked used: the gather that
+        // now fetches the rest uses them too.
+        needed.iter().map(|&b| lru.used(b)).collect()
     }
 
     /// Whether memory holds block `b`, without marking it used.
@@ -447,18 +443,21 @@ mod tests {
         (meta, index)
     }
 
+    /// Index block `b` of `index`, checked against `meta`'s `index.sum`.
+    fn checked_block(meta: &Metadata<zrecord::NotFetched>, index: &[u8], b: usize) -> Block {
+        let r = meta.index_block_range(b);
+        meta.check_index_block(
+            b,
+            Bytes::copy_from_slice(&index[r.start as usize..r.end as usize]),
+        )
+        .unwrap()
+    }
+
     #[test]
     fn memory_keeps_the_most_recently_used_blocks_within_its_budget() {
         let dir = tempfile::tempdir().unwrap();
         let (meta, index) = blocks_of(dir.path());
-        let block = |b: usize| {
-            let r = meta.index_block_range(b);
-            meta.check_index_block(
-                b,
-                Bytes::copy_from_slice(&index[r.start as usize..r.end as usize]),
-            )
-            .unwrap()
-        };
+        let block = |b: usize| checked_block(&meta, &index, b);
         let bs = zrecord::INDEX_BLOCK_BYTES as u64;
         let mem = Memory::new(3 * bs);
         for b in 0..3 {
@@ -491,14 +490,7 @@ mod tests {
     fn get_all_gives_every_block_in_order_or_none_and_marks_them_used() {
         let dir = tempfile::tempdir().unwrap();
         let (meta, index) = blocks_of(dir.path());
-        let block = |b: usize| {
-            let r = meta.index_block_range(b);
-            meta.check_index_block(
-                b,
-                Bytes::copy_from_slice(&index[r.start as usize..r.end as usize]),
-            )
-            .unwrap()
-        };
+        let block = |b: usize| checked_block(&meta, &index, b);
         let bs = zrecord::INDEX_BLOCK_BYTES as u64;
         let mem = Memory::new(3 * bs);
         for b in 0..3 {
