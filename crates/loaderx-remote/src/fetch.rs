@@ -73,6 +73,25 @@ pub(crate) fn plan_requests<'e>(
     out
 }
 
+/// The bytes of `range`, a request of one data file, from its parts in the
+/// blocks of `bs` bytes it spans (`part(b)`, the request's bytes in block `b`):
+/// the part itself when it lies in one block, else the parts joined.
+pub(crate) fn join_parts<E>(
+    range: &Range<u64>,
+    bs: u64,
+    mut part: impl FnMut(u64) -> std::result::Result<Bytes, E>,
+) -> std::result::Result<Bytes, E> {
+    let (first, last) = (range.start / bs, (range.end - 1) / bs);
+    if first == last {
+        return part(first);
+    }
+    let mut joined = Vec::with_capacity((range.end - range.start) as usize);
+    for b in first..=last {
+        joined.extend_from_slice(&part(b)?);
+    }
+    Ok(Bytes::from(joined))
+}
+
 /// Fetched bytes of a store's data files, as the format crate asks for them.
 #[derive(Default)]
 pub(crate) struct Spans {

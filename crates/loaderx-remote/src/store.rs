@@ -13,7 +13,7 @@ use zrecord::{
 };
 
 use crate::cache::Cache;
-use crate::fetch::{plan_requests, BlockKey, Fetcher, Request, Spans};
+use crate::fetch::{join_parts, plan_requests, BlockKey, Fetcher, Request, Spans};
 use crate::index::{Blocks, Memory, RemoteIndex, Use, View, INDEX_KEY, STEP_BLOCKS};
 use crate::location::Location;
 use crate::options::{FetchOptions, OptionValue};
@@ -456,6 +456,13 @@ fn fill<I: IndexSource>(
     Ok((block, plan.layout().cloned()))
 }
 
+/// Bytes of block `b` (of `bs` bytes) of data file `file`, of the data files
+/// of `sizes`: the block size but for a file's last block.
+fn block_len(sizes: &[u64], bs: u64, file: usize, b: u64) -> u64 {
+    let size = sizes.get(file).copied().unwrap_or(0);
+    bs.min(size.saturating_sub(b * bs))
+}
+
 impl Source {
     /// The stored bytes of `entries`, and which cached blocks they came from.
     /// Without a cache (or with `use_cache` false) the planned requests go to
@@ -567,16 +574,7 @@ impl Source {
                 }
                 Ok(bytes.slice(from..to))
             };
-            let (first, last) = (r.range.start / bs, (r.range.end - 1) / bs);
-            if first == last {
-                spans.insert(r.file, r.range.start, part(first)?);
-            } else {
-                let mut joined = Vec::with_capacity((r.range.end - r.range.start) as usize);
-                for b in first..=last {
-                    joined.extend_from_slice(&part(b)?);
-                }
-                spans.insert(r.file, r.range.start, Bytes::from(joined));
-            }
+            spans.insert(r.file, r.range.start, join_parts(&r.range, bs, part)?);
         }
         spans.sort();
         // Used now, wherever they came from: read-ahead no longer holds them.
@@ -587,8 +585,7 @@ impl Source {
     /// Bytes of block `b` of data file `file`: the block size but for a file's
     /// last block.
     fn block_len(&self, bs: u64, file: usize, b: u64) -> u64 {
-        let size = self.sizes.get(file).copied().unwrap_or(0);
-        bs.min(size.saturating_sub(b * bs))
+        block_len(&self.sizes, bs, file, b)
     }
 
     /// Reads the parts `lookups` names of cached blocks into `pieces` (by data

@@ -8,8 +8,8 @@ use loaderx_gather::Result;
 use zrecord::data_file;
 
 use super::pending::Fetched;
-use super::RemoteStore;
-use crate::fetch::{plan_requests, BlockKey, Spans};
+use super::{block_len, RemoteStore};
+use crate::fetch::{join_parts, plan_requests, BlockKey, Spans};
 use crate::index::INDEX_KEY;
 
 impl RemoteStore {
@@ -54,10 +54,8 @@ impl RemoteStore {
                 if name.0 != r.file {
                     name = (r.file, data_file(r.file));
                 }
-                let (first, last) = (r.range.start / bs, (r.range.end - 1) / bs);
                 let mut part = |b: u64| -> Option<Bytes> {
-                    let size = s.sizes.get(r.file).copied().unwrap_or(0);
-                    let len = bs.min(size.saturating_sub(b * bs));
+                    let len = block_len(&s.sizes, bs, r.file, b);
                     let whole = match &prev {
                         Some((k, w)) if *k == (r.file, b) => w.clone(),
                         _ => {
@@ -73,15 +71,7 @@ impl RemoteStore {
                     }
                     (hi <= whole.len() as u64).then(|| whole.slice(lo as usize..hi as usize))
                 };
-                let got = if first == last {
-                    part(first)
-                } else {
-                    let mut joined = Vec::with_capacity((r.range.end - r.range.start) as usize);
-                    (first..=last)
-                        .try_for_each(|b| part(b).map(|p| joined.extend_from_slice(&p)))
-                        .map(|()| Bytes::from(joined))
-                };
-                let Some(got) = got else {
+                let Ok(got) = join_parts(&r.range, bs, |b| part(b).ok_or(())) else {
                     return Ok(None);
                 };
                 if got.len() as u64 != r.range.end - r.range.start {
