@@ -453,16 +453,28 @@ mod tests {
         .unwrap()
     }
 
-    #[test]
-    fn memory_keeps_the_most_recently_used_blocks_within_its_budget() {
+    /// A store's index (kept with its directory) and a memory of three
+    /// blocks' budget holding blocks 0, 1 and 2, used in that order.
+    fn three_blocks_held() -> (
+        tempfile::TempDir,
+        Metadata<zrecord::NotFetched>,
+        Vec<u8>,
+        Memory,
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let (meta, index) = blocks_of(dir.path());
+        let mem = Memory::new(3 * zrecord::INDEX_BLOCK_BYTES as u64);
+        for b in 0..3 {
+            mem.put(checked_block(&meta, &index, b));
+        }
+        (dir, meta, index, mem)
+    }
+
+    #[test]
+    fn memory_keeps_the_most_recently_used_blocks_within_its_budget() {
+        let (_dir, meta, index, mem) = three_blocks_held();
         let block = |b: usize| checked_block(&meta, &index, b);
         let bs = zrecord::INDEX_BLOCK_BYTES as u64;
-        let mem = Memory::new(3 * bs);
-        for b in 0..3 {
-            mem.put(block(b));
-        }
         assert_eq!(mem.held(), (3 * bs, 3));
         // Block 0 used last: block 1 goes first, then block 2.
         assert!(mem.get(0).is_some());
@@ -488,14 +500,8 @@ mod tests {
 
     #[test]
     fn get_all_gives_every_block_in_order_or_none_and_marks_them_used() {
-        let dir = tempfile::tempdir().unwrap();
-        let (meta, index) = blocks_of(dir.path());
+        let (_dir, meta, index, mem) = three_blocks_held();
         let block = |b: usize| checked_block(&meta, &index, b);
-        let bs = zrecord::INDEX_BLOCK_BYTES as u64;
-        let mem = Memory::new(3 * bs);
-        for b in 0..3 {
-            mem.put(block(b));
-        }
         let got = mem.get_all(&[2, 0]).unwrap();
         assert_eq!(got.iter().map(|b| b.block()).collect::<Vec<_>>(), [2, 0]);
         assert_eq!(got[0].bytes(), block(2).bytes());
