@@ -241,3 +241,42 @@ def test_a_cold_pass_at_50_ms_with_one_step_prefetched_fetches_ahead_of_its_step
     # Without read-ahead a step's blocks are asked for when it is begun.
     assert alone <= 0.25, alone
     assert ahead >= 0.9, ahead
+
+
+def data_gets_of_block(proxy, path: str, block: int) -> int:
+    """GETs of `path` whose range covers block `block` of BLOCK bytes."""
+    n = 0
+    for method, p, rng in proxy.log():
+        m = re.fullmatch(r"bytes=(\d+)-(\d+)", rng or "")
+        if method == "GET" and p == path and m is not None:
+            n += int(m[1]) // BLOCK <= block <= int(m[2]) // BLOCK
+    return n
+
+
+def test_a_block_a_gather_fetched_while_a_warm_waited_is_not_fetched_again(
+    tmp_path, range_server, dense
+):
+    """A warm looks at the cache, then waits for the warm begun before it to
+    reserve its blocks; a gather fetches the block meanwhile. The warm then
+    finds the block in the cache once it claims it, and does not fetch it."""
+    with FaultProxy(range_server.url) as proxy:
+        reader = open_remote(proxy.url + "/s", tmp_path / "c")
+        np.testing.assert_array_equal(np.from_dlpack(reader[np.array([0])]), dense[[0]])
+        # Record 3000's index block is not in memory: this warm's index request
+        # waits 600 ms, and the next warm reserves nothing until it has.
+        before = proxy.requests("/s/index.bin")
+        proxy.latency_ms = 600
+        assert reader._warm(np.array([3000], np.uint64))
+        deadline = time.monotonic() + 10
+        while proxy.requests("/s/index.bin") == before:
+            assert time.monotonic() < deadline, "the first warm never asked for its index block"
+            time.sleep(0.005)
+        proxy.latency_ms = 0
+        # Record 200: index block 0 (in memory), data block 3 (not in the cache).
+        block = 200 * RECORD // BLOCK
+        assert reader._warm(np.array([200], np.uint64))
+        time.sleep(0.1)  # the warm has looked at the cache, and waits
+        np.testing.assert_array_equal(np.from_dlpack(reader[np.array([200])]), dense[[200]])
+        assert data_gets_of_block(proxy, "/s/data-000.bin", block) == 1
+        quiet(proxy)
+        assert data_gets_of_block(proxy, "/s/data-000.bin", block) == 1

@@ -16,7 +16,7 @@ import re
 
 import numpy as np
 import pytest
-from remote_servers import HTTP_STORAGE_OPTIONS
+from remote_servers import HTTP_STORAGE_OPTIONS, FaultProxy
 
 from loaderx import _native
 from loaderx.dataloader import Loader
@@ -160,3 +160,55 @@ def test_windows_counting_the_index_fetch_each_index_and_data_block_about_once(t
         for _ in range(TINY // BATCH // 5):
             next(ld)
     assert index_bytes_fetched(range_server) > 1.5 * index
+
+
+def block_gets(log, path: str, block: int) -> dict[int, int]:
+    """How many GETs of `path` asked for each block of `block` bytes."""
+    asked: dict[int, int] = {}
+    for method, p, rng in log:
+        if method != "GET" or p != path:
+            continue
+        m = re.fullmatch(r"bytes=(\d+)-(\d+)", rng or "")
+        assert m is not None, (p, rng)
+        for b in range(int(m[1]) // block, int(m[2]) // block + 1):
+            asked[b] = asked.get(b, 0) + 1
+    return asked
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_cold_pass_at_50_ms_through_the_loader_fetches_each_block_once(
+    tmp_path, range_server, workers
+):
+    """The Loader's defaults over a WindowedSampler, through a cache that holds
+    the store, with read-ahead racing the gathers: each data block and each
+    index block is asked for once in the whole pass. A block a gather or a
+    read-ahead fetched while another looked at the cache and found it missing is
+    read from the cache, not fetched again."""
+    records, size = 24_576, 256  # 6 MiB of data, 96 steps of 256, 24 steps a window
+    values = np.zeros((records, size), np.uint8)
+    values[:, 0], values[:, 1] = np.arange(records) % 256, np.arange(records) // 256
+    with Dense.create(tmp_path / "c", np.uint8, (size,), codec="raw", data_shards=1) as w:
+        w.append(values)
+    small = 64 << 10
+    with FaultProxy(range_server.url, latency_ms=50) as proxy:
+        reader = Dense.open(
+            proxy.url + "/c",
+            storage_options=HTTP_STORAGE_OPTIONS,
+            cache=Cache(tmp_path / f"cache-{workers}", max_bytes=256 << 20, block_bytes=small),
+        )
+        make = lambda: WindowedSampler(reader, BATCH, seed=4, window_bytes=24 * small)  # noqa: E731
+        check = make()
+        assert check.windows > 2
+        proxy.reset_counts()
+        with Loader({"x": [reader]}, make(), workers=workers) as ld:
+            for _ in range(records // BATCH):
+                want = check.next()
+                got = np.from_dlpack(next(ld)[0]["x"])
+                np.testing.assert_array_equal(got[:, :2], np.stack([want % 256, want // 256], 1))
+        log = proxy.log()
+    data = block_gets(log, "/c/data-000.bin", small)
+    assert sorted(data) == list(range(-(-records * size // small)))
+    assert max(data.values()) == 1, {b: n for b, n in data.items() if n > 1}
+    index = block_gets(log, "/c/index.bin", _native.INDEX_BLOCK_BYTES)
+    assert sorted(index) == list(range(-(-records * 24 // _native.INDEX_BLOCK_BYTES)))
+    assert max(index.values()) == 1, {b: n for b, n in index.items() if n > 1}

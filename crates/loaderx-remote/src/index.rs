@@ -265,16 +265,23 @@ impl<I: IndexSource> Blocks<'_, I> {
     }
 
     /// Fetches the blocks of `wanted` that no other process sharing the cache
-    /// is fetching, and keeps them; returns them, and the blocks another
-    /// process is fetching, once each is in the cache or no longer claimed.
+    /// is fetching and the cache does not hold, and keeps them; returns them,
+    /// and the others, once each is in the cache or no longer claimed.
     async fn fetch_claimed(&self, wanted: &[usize], how: Use) -> Result<(Vec<Block>, Vec<usize>)> {
         let Some(cache) = self.cache.filter(|_| !wanted.is_empty()) else {
-            return Ok((self.fetch_and_keep(wanted, how).await?, Vec::new()));
+            // Another read may have fetched a block into memory between the
+            // caller's look and its claim: it is read from there.
+            let (kept, mine): (Vec<usize>, Vec<usize>) =
+                wanted.iter().partition(|&&b| self.memory.contains(b));
+            return Ok((self.fetch_and_keep(&mine, how).await?, kept));
         };
         let (c, id) = (cache.clone(), self.id());
-        let named: Vec<(usize, String, u64)> = wanted
+        let named: Vec<(usize, String, u64, u64)> = wanted
             .iter()
-            .map(|&b| (b, INDEX_FILE.to_string(), b as u64))
+            .map(|&b| {
+                let r = self.meta.index_block_range(b);
+                (b, INDEX_FILE.to_string(), b as u64, r.end - r.start)
+            })
             .collect();
         let claims = tokio::task::spawn_blocking(move || c.claim_fetches(id, named))
             .await
@@ -297,7 +304,9 @@ impl<I: IndexSource> Blocks<'_, I> {
             },
             cache.wait_for_claimed(id, &waits)
         );
-        Ok((got?, claims.theirs))
+        let mut theirs = claims.theirs;
+        theirs.extend(claims.kept);
+        Ok((got?, theirs))
     }
 
     /// Fetches `wanted` and keeps the blocks in the cache and, for a gather, in

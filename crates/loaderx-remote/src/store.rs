@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use loaderx_gather::{Allocator, Begun, Error, RecordSource, Records, Result, THREADS};
+use loaderx_gather::{background, Allocator, Begun, Error, RecordSource, Records, Result, THREADS};
 use xxhash_rust::xxh3::xxh3_64;
 use zrecord::{
     data_file, Entry, IndexSource, Metadata, Parts, ReadOptions, StoreInfo, VERIFY_STEP_BYTES,
@@ -26,7 +26,7 @@ mod warm;
 
 use ahead::Ahead;
 use open::{check_sizes, open_parts};
-use pending::{BegunGather, Fetched};
+use pending::{Arrival, BegunGather, Fetched};
 pub use pending::{Canceller, Pending};
 
 /// Most records whose entries a verify resolves at once. With about
@@ -217,8 +217,7 @@ impl RemoteStore {
                 store: self.clone(),
                 idx: idx.to_vec(),
                 pid: pid(),
-                task: None,
-                fetched: Some(fetched),
+                bytes: Arrival::Here(fetched),
             });
         }
         let source = self.source()?;
@@ -252,8 +251,7 @@ impl RemoteStore {
             store: self.clone(),
             idx: idx.to_vec(),
             pid: pid(),
-            task: Some(task),
-            fetched: None,
+            bytes: Arrival::Fetching(task),
         })
     }
 
@@ -364,6 +362,13 @@ impl RecordSource for RemoteStore {
 
     fn begin(self: Arc<Self>, idx: Vec<u64>, allocator: Allocator) -> Result<Box<dyn Begun>> {
         let pending = RemoteStore::begin(&self, &idx)?;
+        if pending.is_here() {
+            // Only the decode is left: it runs on the background gather thread,
+            // behind the gathers begun before it, as a local store's gather does,
+            // so that a caller begins the next steps meanwhile.
+            let n = pending.len();
+            return background::begin(n, Box::new(move || pending.finish(&allocator)));
+        }
         Ok(Box::new(BegunGather {
             len: pending.len(),
             canceller: pending.canceller(),
@@ -635,9 +640,9 @@ impl Source {
     }
 
     /// Fetches the blocks of `keys` (sorted) that no other process sharing the
-    /// cache is fetching, and keeps them; returns them, and the keys of those
-    /// another process is fetching, once each is in the cache or no longer
-    /// claimed (the caller reads them from the cache, or fetches them).
+    /// cache is fetching and the cache does not hold, and keeps them; returns
+    /// them, and the keys of the others, once each is in the cache or no
+    /// longer claimed (the caller reads them from the cache, or fetches them).
     async fn fetch_claimed(
         &self,
         cache: &Arc<Cache>,
@@ -647,14 +652,14 @@ impl Source {
             return Ok((Vec::new(), Vec::new()));
         }
         let (c, id) = (cache.clone(), self.id);
-        let named: Vec<(BlockKey, String, u64)> = keys
+        let bs = cache.block_bytes();
+        let named: Vec<(BlockKey, String, u64, u64)> = keys
             .iter()
-            .map(|&(f, b)| ((f, b), data_file(f), b))
+            .map(|&(f, b)| ((f, b), data_file(f), b, self.block_len(bs, f, b)))
             .collect();
         let claims = tokio::task::spawn_blocking(move || c.claim_fetches(id, named))
             .await
             .map_err(|e| Error::internal(format!("claiming cache blocks did not complete: {e}")))?;
-        let bs = cache.block_bytes();
         let waits: Vec<(String, u64, u64)> = claims
             .theirs
             .iter()
@@ -670,7 +675,9 @@ impl Source {
             },
             cache.wait_for_claimed(self.id, &waits)
         );
-        Ok((got?, claims.theirs))
+        let mut theirs = claims.theirs;
+        theirs.extend(claims.kept);
+        Ok((got?, theirs))
     }
 
     /// Fetches the blocks `keys` (sorted), neighbours in one request each up to

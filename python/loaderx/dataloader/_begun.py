@@ -49,6 +49,7 @@ class Begun(Generic[B]):
         "draw_ns",
         "end_ns",
         "error",
+        "fetch_ns",
         "gather_ns",
         "info",
         "later",
@@ -76,6 +77,9 @@ class Begun(Generic[B]):
         ]
         self.waits = bool(self.later)
         self.draw_ns = self.gather_ns = self.end_ns = 0
+        # Measured steps over remote readers begun ahead: the consumer's wait
+        # for their reads; -1 when not measured.
+        self.fetch_ns = -1
         # The steps its measured times stand for; 0 when they are not measured.
         self.weight = 0
 

@@ -155,10 +155,17 @@ class Pipeline(Generic[B, T]):
         self.closed = False
         self.failed: BaseException | None = None
         self.pid = os.getpid()
-        # No transform and only local stores: the consumer begins the steps ahead
-        # itself, their gathers run on the background gather thread, and no batch
-        # is handed between Python threads.
-        self.ahead = workers > 0 and transform is None and streams.local
+        # No transform and only stores' readers: the consumer begins the steps
+        # ahead itself and no batch is handed between Python threads. A local
+        # store's gathers, and a remote store's whose blocks are in memory, run
+        # on the background gather thread; a remote store's other gathers send
+        # their requests, and decode when the consumer takes the step.
+        self.ahead = workers > 0 and transform is None and streams.stores_only
+        # Steps begun ahead whose reads wait on object storage: the consumer's
+        # wait for them is the fetch_wait stage.
+        self.remote_ahead = self.ahead and any(
+            cast("StoreReader[object]", r).url is not None for rs in streams.lists for r in rs
+        )
         # Remote readers fetch the blocks of the steps beyond those begun.
         self.read_ahead = ReadAhead.of(streams, sampler, self.split)
         self.kinds = [[read_kind(r, self.ahead) for r in readers] for readers in streams.lists]
@@ -463,10 +470,13 @@ class Pipeline(Generic[B, T]):
                     if weight or item.weight:
                         gather = -1
                         if item.weight:
-                            gather = 0
+                            # Beginning the gathers (a remote store's warm
+                            # gather reads its blocks then), and the background
+                            # thread's time on them.
+                            gather = item.gather_ns
                             for v in item.later:
                                 gather += v.work_ns
-                        times = (item.draw_ns, gather, -1, -1)
+                        times = (item.draw_ns, gather, item.fetch_ns, -1)
                         with self.lock:
                             report = self.record(
                                 times, item.weight, step, weight, now - called, ready, now
@@ -544,9 +554,16 @@ class Pipeline(Generic[B, T]):
             except BaseException as e:  # noqa: BLE001 - raised at its own step
                 item = Begun[B](step, error=e)
             begun.append(item)
+        if self.read_ahead is not None:
+            self.read_ahead.advance(self.claimed)
         item = begun.popleft()
         if item.error is not None:
             raise item.error
+        if item.weight and self.remote_ahead:
+            t0 = clock()
+            shards = self.completed(item)
+            item.fetch_ns = clock() - t0
+            return cast("T", shards), item, ready
         return cast("T", self.completed(item)), item, ready
 
     def record(

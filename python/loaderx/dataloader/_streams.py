@@ -66,11 +66,9 @@ class Streams(Generic[B]):
             lists.append(cast("list[Reader[B]]", bindings))
         assert width is not None and length is not None
         self.names, self.lists, self.width, self.length = names, lists, width, length
-        # Every reader a local store's: their gathers can be begun ahead and run
-        # on the background gather thread, with no worker thread in between.
-        self.local = all(
-            isinstance(r, StoreReader) and r.url is None for readers in lists for r in readers
-        )
+        # Every reader a store's: their gathers can be begun ahead by the
+        # consumer, with no worker thread in between.
+        self.stores_only = all(isinstance(r, StoreReader) for readers in lists for r in readers)
         self.stores: list[list[int | str | None]] = [
             [store_identity(r, f"stream {n!r} binding {i}") for i, r in enumerate(readers)]
             for n, readers in zip(names, lists, strict=True)

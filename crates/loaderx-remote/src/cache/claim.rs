@@ -136,10 +136,14 @@ fn stale(text: &str, meta: &fs::Metadata) -> bool {
 }
 
 /// Claims on fetching some blocks: those this process fetches (with the claims
-/// it holds on them) and those other processes are fetching.
+/// it holds on them), those other processes are fetching, and those the cache
+/// turned out to hold once claimed.
 pub(crate) struct Claims<K> {
     pub mine: Vec<K>,
     pub theirs: Vec<K>,
+    /// In the cache already: a gather or a process that fetched the block
+    /// between the caller's look at the cache and its claim, and released it.
+    pub kept: Vec<K>,
     pub held: Vec<BlockClaim>,
 }
 
@@ -198,23 +202,39 @@ impl Cache {
         Claimed::Unclaimed
     }
 
-    /// Claims each of `blocks` (a key, its file's name and its number) as
-    /// [`Cache::claim_fetch`] does.
-    pub(crate) fn claim_fetches<K>(&self, store: u64, blocks: Vec<(K, String, u64)>) -> Claims<K> {
+    /// Claims each of `blocks` (a key, its file's name, its number and its
+    /// length) as [`Cache::claim_fetch`] does. A block the cache holds once it
+    /// is claimed is not fetched: whoever fetched it since the caller looked
+    /// has written it, then released its claim, so a look after the claim
+    /// cannot miss it.
+    pub(crate) fn claim_fetches<K>(
+        &self,
+        store: u64,
+        blocks: Vec<(K, String, u64, u64)>,
+    ) -> Claims<K> {
         let mut claims = Claims {
             mine: Vec::new(),
             theirs: Vec::new(),
+            kept: Vec::new(),
             held: Vec::new(),
         };
-        for (key, file, block) in blocks {
-            match self.claim_fetch(store, &file, block) {
-                Claimed::Mine(c) => {
-                    claims.mine.push(key);
-                    claims.held.push(c);
+        for (key, file, block, len) in blocks {
+            let claim = match self.claim_fetch(store, &file, block) {
+                Claimed::Theirs => {
+                    claims.theirs.push(key);
+                    continue;
                 }
-                Claimed::Theirs => claims.theirs.push(key),
-                Claimed::Unclaimed => claims.mine.push(key),
+                Claimed::Mine(c) => Some(c),
+                Claimed::Unclaimed => None,
+            };
+            if self.holds(store, &file, block, len) {
+                // Dropping the claim removes it: nothing is fetched.
+                drop(claim);
+                claims.kept.push(key);
+                continue;
             }
+            claims.mine.push(key);
+            claims.held.extend(claim);
         }
         claims
     }

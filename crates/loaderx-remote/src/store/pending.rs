@@ -19,9 +19,17 @@ pub struct Pending {
     pub(super) store: RemoteStore,
     pub(super) idx: Vec<u64>,
     pub(super) pid: u32,
-    pub(super) task: Option<JoinHandle<Result<Fetched>>>,
-    /// The bytes, when they were all in memory at the beginning.
-    pub(super) fetched: Option<Fetched>,
+    pub(super) bytes: Arrival,
+}
+
+/// Where a gather's stored bytes are.
+pub(super) enum Arrival {
+    /// On their way: the task fetching them.
+    Fetching(JoinHandle<Result<Fetched>>),
+    /// All in this process's memory when the gather began, read then.
+    Here(Fetched),
+    /// Taken by [`Pending::finish`].
+    Taken,
 }
 
 impl Pending {
@@ -38,9 +46,27 @@ impl Pending {
     /// What cancels the gather's requests from another thread, even while
     /// [`Pending::finish`] waits for them: that finish then fails.
     pub fn canceller(&self) -> Canceller {
+        let handle = match &self.bytes {
+            Arrival::Fetching(task) => Some(task.abort_handle()),
+            Arrival::Here(_) | Arrival::Taken => None,
+        };
         Canceller {
-            handle: self.task.as_ref().map(JoinHandle::abort_handle),
+            handle,
             pid: self.pid,
+        }
+    }
+
+    /// Whether the bytes were all in memory when the gather began: finishing
+    /// it only decodes.
+    pub fn is_here(&self) -> bool {
+        matches!(self.bytes, Arrival::Here(_))
+    }
+
+    /// Whether finishing the gather would not wait for its bytes.
+    fn is_ready(&self) -> bool {
+        match &self.bytes {
+            Arrival::Fetching(task) => task.is_finished(),
+            Arrival::Here(_) | Arrival::Taken => true,
         }
     }
 
@@ -58,9 +84,10 @@ impl Pending {
                 pid()
             )));
         }
-        let fetched = match self.fetched.take() {
-            Some(f) => f,
-            None => self.wait(url)?,
+        let fetched = match std::mem::replace(&mut self.bytes, Arrival::Taken) {
+            Arrival::Here(f) => f,
+            Arrival::Fetching(task) => wait(task, url)?,
+            Arrival::Taken => return Err(Error::internal("the gather was already finished")),
         };
         let idx = &self.idx;
         let view = fetched.view.as_ref();
@@ -82,26 +109,22 @@ impl Pending {
             other => other,
         }
     }
+}
 
-    /// The bytes the gather's task fetched, once it ends.
-    fn wait(&mut self, url: &str) -> Result<Fetched> {
-        let task = self
-            .task
-            .take()
-            .ok_or_else(|| Error::internal("the gather was already finished"))?;
-        block_on(async move {
-            task.await.map_err(|e| {
-                if e.is_cancelled() {
-                    Error::Storage {
-                        url: url.to_string(),
-                        msg: "the gather was cancelled before its records arrived".into(),
-                    }
-                } else {
-                    Error::internal(format!("a remote fetch did not complete: {e}"))
+/// The bytes a gather's task fetched, once it ends.
+fn wait(task: JoinHandle<Result<Fetched>>, url: &str) -> Result<Fetched> {
+    block_on(async move {
+        task.await.map_err(|e| {
+            if e.is_cancelled() {
+                Error::Storage {
+                    url: url.to_string(),
+                    msg: "the gather was cancelled before its records arrived".into(),
                 }
-            })?
-        })
-    }
+            } else {
+                Error::internal(format!("a remote fetch did not complete: {e}"))
+            }
+        })?
+    })
 }
 
 /// Cancels a begun gather's requests ([`Pending::canceller`]).
@@ -134,7 +157,7 @@ impl Drop for Canceller {
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        if let Some(t) = self.task.take() {
+        if let Arrival::Fetching(t) = std::mem::replace(&mut self.bytes, Arrival::Taken) {
             if self.pid == pid() {
                 t.abort();
             } else {
@@ -167,9 +190,7 @@ impl Begun for BegunGather {
 
     fn is_ready(&self) -> bool {
         let pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        pending
-            .as_ref()
-            .is_none_or(|p| p.task.as_ref().is_none_or(JoinHandle::is_finished))
+        pending.as_ref().is_none_or(Pending::is_ready)
     }
 
     fn finish(&self) -> Result<Records> {
