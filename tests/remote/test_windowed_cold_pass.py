@@ -212,3 +212,35 @@ def test_a_cold_pass_at_50_ms_through_the_loader_fetches_each_block_once(
     index = block_gets(log, "/c/index.bin", _native.INDEX_BLOCK_BYTES)
     assert sorted(index) == list(range(-(-records * 24 // _native.INDEX_BLOCK_BYTES)))
     assert max(index.values()) == 1, {b: n for b, n in index.items() if n > 1}
+
+
+def test_a_pass_over_a_warm_cache_reads_each_block_from_it_once(tiny, range_server):
+    """A store opened anew over a cache a pass filled: the Loader's pass (and
+    the read-ahead warming its steps) reads each index and data block from the
+    cache's files about once, as the cold pass fetched each once; concurrent
+    reads of one index block wait for the first instead of each reading it."""
+    open_cold, values, window = tiny
+    data, index = TINY * 8, TINY * 24
+
+    def one_pass(reader) -> None:
+        make = lambda: WindowedSampler(reader, BATCH, seed=2, window_bytes=window)  # noqa: E731
+        check = make()
+        with Loader({"x": [reader]}, make()) as ld:
+            for _ in range(TINY // BATCH):
+                got = np.from_dlpack(next(ld)[0]["x"])
+                np.testing.assert_array_equal(got, values[check.next()])
+
+    def open_warm() -> Dense:
+        return Dense.open(
+            range_server.url + "/t",
+            storage_options=HTTP_STORAGE_OPTIONS,
+            cache=Cache(cache_dir, max_bytes=64 << 20, block_bytes=SMALL_BLOCK),
+        )
+
+    cache_dir = range_server.root / "cache-warm-pass"
+    one_pass(open_warm())
+    reader = open_warm()
+    range_server.reset_counts()
+    one_pass(reader)
+    assert data_bytes_fetched(range_server) == index_bytes_fetched(range_server) == 0
+    assert data + index <= reader.traffic().from_cache <= 1.1 * (data + index), reader.traffic()

@@ -524,6 +524,14 @@ impl Cache {
         Some(f)
     }
 
+    /// Block `block` of `file` whole (`len` bytes) from its file, not kept in
+    /// this cache's memory: for blocks another memory keeps (the index's), which
+    /// would only take the room of data blocks here.
+    pub(crate) fn read_whole(&self, store: u64, file: &str, block: u64, len: u64) -> Option<Bytes> {
+        let f = self.open_block(&self.block_path(store, file, block), len)?;
+        read_at(&f, 0, len).map(Bytes::from)
+    }
+
     /// A small file of the store (its index, say), if the cache holds `len` bytes.
     pub(crate) fn get_small(&self, store: u64, file: &str, len: u64) -> Option<Vec<u8>> {
         let f = self.open_block(&self.store_dir(store).join(file).join("whole"), len)?;

@@ -194,13 +194,27 @@ impl<I: IndexSource> Blocks<'_, I> {
             }
             return collect(needed, found);
         }
-        let missing = self.held(needed, how, &mut found).await?;
+        let (blocks, missing) = self.in_memory(needed);
+        found.extend(blocks.into_iter().map(|b| (b.block(), b)));
         let claimed = self
             .fetcher
             .claim_blocks(missing.iter().map(|&b| (INDEX_KEY, b as u64)));
         let mine: Vec<usize> = claimed.keys().iter().map(|k| k.1 as usize).collect();
+        // Read from the cache under the claim too: the reads of this process
+        // that need the same blocks meanwhile wait and find them in memory,
+        // rather than each reading every block from disk.
         let fetch_mine = async {
-            let got = self.fetch_claimed(&mine, how).await;
+            let got = async {
+                // A read that had some of these blocks may have finished
+                // between the look at memory and the claim.
+                let (mut blocks, lacking) = self.in_memory(&mine);
+                let (cached, absent) = self.in_cache(&lacking, how).await?;
+                blocks.extend(cached);
+                let (fetched, theirs) = self.fetch_claimed(&absent, how).await?;
+                blocks.extend(fetched);
+                Ok::<_, Error>((blocks, theirs))
+            }
+            .await;
             claimed.release();
             got
         };
@@ -239,29 +253,43 @@ impl<I: IndexSource> Blocks<'_, I> {
         how: Use,
         found: &mut HashMap<usize, Block>,
     ) -> Result<Vec<usize>> {
-        let mut missing = Vec::new();
+        let (blocks, missing) = self.in_memory(wanted);
+        let (cached, absent) = self.in_cache(&missing, how).await?;
+        found.extend(blocks.into_iter().chain(cached).map(|b| (b.block(), b)));
+        Ok(absent)
+    }
+
+    /// The blocks of `wanted` that memory holds, and the others.
+    fn in_memory(&self, wanted: &[usize]) -> (Vec<Block>, Vec<usize>) {
+        let (mut blocks, mut missing) = (Vec::new(), Vec::new());
         for &b in wanted {
             match self.memory.get(b) {
-                Some(block) => {
-                    found.insert(b, block);
-                }
+                Some(block) => blocks.push(block),
                 None => missing.push(b),
             }
         }
-        let Some(cache) = self.cache else {
-            return Ok(missing);
+        (blocks, missing)
+    }
+
+    /// The blocks of `wanted` the cache holds (kept in memory too, for a
+    /// gather), and the others.
+    async fn in_cache(&self, wanted: &[usize], how: Use) -> Result<(Vec<Block>, Vec<usize>)> {
+        let Some(cache) = self.cache.filter(|_| !wanted.is_empty()) else {
+            return Ok((Vec::new(), wanted.to_vec()));
         };
-        if missing.is_empty() {
-            return Ok(missing);
-        }
-        for block in self.read_cached(cache, &missing).await? {
-            if how == Use::Gather {
+        let blocks = self.read_cached(cache, wanted).await?;
+        if how == Use::Gather {
+            for block in &blocks {
                 self.memory.put(block.clone());
             }
-            found.insert(block.block(), block);
         }
-        missing.retain(|b| !found.contains_key(b));
-        Ok(missing)
+        let got: std::collections::HashSet<usize> = blocks.iter().map(Block::block).collect();
+        let absent = wanted
+            .iter()
+            .copied()
+            .filter(|b| !got.contains(b))
+            .collect();
+        Ok((blocks, absent))
     }
 
     /// Fetches the blocks of `wanted` that no other process sharing the cache
@@ -269,11 +297,7 @@ impl<I: IndexSource> Blocks<'_, I> {
     /// and the others, once each is in the cache or no longer claimed.
     async fn fetch_claimed(&self, wanted: &[usize], how: Use) -> Result<(Vec<Block>, Vec<usize>)> {
         let Some(cache) = self.cache.filter(|_| !wanted.is_empty()) else {
-            // Another read may have fetched a block into memory between the
-            // caller's look and its claim: it is read from there.
-            let (kept, mine): (Vec<usize>, Vec<usize>) =
-                wanted.iter().partition(|&&b| self.memory.contains(b));
-            return Ok((self.fetch_and_keep(&mine, how).await?, kept));
+            return Ok((self.fetch_and_keep(wanted, how).await?, Vec::new()));
         };
         let (c, id) = (cache.clone(), self.id());
         let named: Vec<(usize, String, u64, u64)> = wanted
@@ -349,12 +373,7 @@ impl<I: IndexSource> Blocks<'_, I> {
         let (c, id) = (cache.clone(), self.id());
         let got = tokio::task::spawn_blocking(move || {
             lens.into_iter()
-                .filter_map(|(b, len)| {
-                    let whole = 0..len;
-                    let bytes =
-                        c.read(id, INDEX_FILE, b as u64, len, std::slice::from_ref(&whole))?;
-                    Some((b, bytes.into_iter().next()?))
-                })
+                .filter_map(|(b, len)| Some((b, c.read_whole(id, INDEX_FILE, b as u64, len)?)))
                 .collect::<Vec<_>>()
         })
         .await
