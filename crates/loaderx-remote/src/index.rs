@@ -205,11 +205,9 @@ impl<I: IndexSource> Blocks<'_, I> {
         // rather than each reading every block from disk.
         let fetch_mine = async {
             let got = async {
-                // A read that had some of these blocks may have finished
-                // between the look at memory and the claim.
-                let (mut blocks, lacking) = self.in_memory(&mine);
-                let (cached, absent) = self.in_cache(&lacking, how).await?;
-                blocks.extend(cached);
+                // Memory is looked at again: a read that had some of these
+                // blocks may have finished between the first look and the claim.
+                let (mut blocks, absent) = self.held(&mine, how).await?;
                 let (fetched, theirs) = self.fetch_claimed(&absent, how).await?;
                 blocks.extend(fetched);
                 Ok::<_, Error>((blocks, theirs))
@@ -236,27 +234,20 @@ impl<I: IndexSource> Blocks<'_, I> {
         if !others.is_empty() {
             // What the others fetched is in memory or the cache now, unless
             // their fetch failed or kept nothing: that is fetched here.
-            let still = self.held(&others, how, &mut found).await?;
-            for block in self.fetch_and_keep(&still, how).await? {
-                found.insert(block.block(), block);
-            }
+            let (blocks, still) = self.held(&others, how).await?;
+            let fetched = self.fetch_and_keep(&still, how).await?;
+            found.extend(blocks.into_iter().chain(fetched).map(|b| (b.block(), b)));
         }
         collect(needed, found)
     }
 
-    /// Puts the blocks of `wanted` that memory or the cache holds in `found`
-    /// (a block from the cache kept in memory too, for a gather); returns the
-    /// others.
-    async fn held(
-        &self,
-        wanted: &[usize],
-        how: Use,
-        found: &mut HashMap<usize, Block>,
-    ) -> Result<Vec<usize>> {
-        let (blocks, missing) = self.in_memory(wanted);
+    /// The blocks of `wanted` that memory or the cache holds (a block from the
+    /// cache kept in memory too, for a gather), and the others.
+    async fn held(&self, wanted: &[usize], how: Use) -> Result<(Vec<Block>, Vec<usize>)> {
+        let (mut blocks, missing) = self.in_memory(wanted);
         let (cached, absent) = self.in_cache(&missing, how).await?;
-        found.extend(blocks.into_iter().chain(cached).map(|b| (b.block(), b)));
-        Ok(absent)
+        blocks.extend(cached);
+        Ok((blocks, absent))
     }
 
     /// The blocks of `wanted` that memory holds, and the others.

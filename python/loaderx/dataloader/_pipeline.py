@@ -563,8 +563,9 @@ class Pipeline(Generic[B, T]):
             t0 = clock()
             shards = self.completed(item)
             item.fetch_ns = clock() - t0
-            return cast("T", shards), item, ready
-        return cast("T", self.completed(item)), item, ready
+        else:
+            shards = self.completed(item)
+        return cast("T", shards), item, ready
 
     def record(
         self,

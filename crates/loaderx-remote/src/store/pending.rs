@@ -58,7 +58,7 @@ impl Pending {
 
     /// Whether the bytes were all in memory when the gather began: finishing
     /// it only decodes.
-    pub fn is_here(&self) -> bool {
+    pub(super) fn is_here(&self) -> bool {
         matches!(self.bytes, Arrival::Here(_))
     }
 
