@@ -243,16 +243,6 @@ def test_a_cold_pass_at_50_ms_with_one_step_prefetched_fetches_ahead_of_its_step
     assert ahead >= 0.9, ahead
 
 
-def data_gets_of_block(proxy, path: str, block: int) -> int:
-    """GETs of `path` whose range covers block `block` of BLOCK bytes."""
-    n = 0
-    for method, p, rng in proxy.log():
-        m = re.fullmatch(r"bytes=(\d+)-(\d+)", rng or "")
-        if method == "GET" and p == path and m is not None:
-            n += int(m[1]) // BLOCK <= block <= int(m[2]) // BLOCK
-    return n
-
-
 def test_a_block_a_gather_fetched_while_a_warm_waited_is_not_fetched_again(
     tmp_path, range_server, dense
 ):
@@ -277,6 +267,6 @@ def test_a_block_a_gather_fetched_while_a_warm_waited_is_not_fetched_again(
         assert reader._warm(np.array([200], np.uint64))
         time.sleep(0.1)  # the warm has looked at the cache, and waits
         np.testing.assert_array_equal(np.from_dlpack(reader[np.array([200])]), dense[[200]])
-        assert data_gets_of_block(proxy, "/s/data-000.bin", block) == 1
+        assert proxy.block_gets("/s/data-000.bin", BLOCK).get(block) == 1
         quiet(proxy)
-        assert data_gets_of_block(proxy, "/s/data-000.bin", block) == 1
+        assert proxy.block_gets("/s/data-000.bin", BLOCK).get(block) == 1

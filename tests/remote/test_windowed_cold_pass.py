@@ -162,19 +162,6 @@ def test_windows_counting_the_index_fetch_each_index_and_data_block_about_once(t
     assert index_bytes_fetched(range_server) > 1.5 * index
 
 
-def block_gets(log, path: str, block: int) -> dict[int, int]:
-    """How many GETs of `path` asked for each block of `block` bytes."""
-    asked: dict[int, int] = {}
-    for method, p, rng in log:
-        if method != "GET" or p != path:
-            continue
-        m = re.fullmatch(r"bytes=(\d+)-(\d+)", rng or "")
-        assert m is not None, (p, rng)
-        for b in range(int(m[1]) // block, int(m[2]) // block + 1):
-            asked[b] = asked.get(b, 0) + 1
-    return asked
-
-
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_cold_pass_at_50_ms_through_the_loader_fetches_each_block_once(
     tmp_path, range_server, workers
@@ -205,11 +192,10 @@ def test_a_cold_pass_at_50_ms_through_the_loader_fetches_each_block_once(
                 want = check.next()
                 got = np.from_dlpack(next(ld)[0]["x"])
                 np.testing.assert_array_equal(got[:, :2], np.stack([want % 256, want // 256], 1))
-        log = proxy.log()
-    data = block_gets(log, "/c/data-000.bin", small)
+        data = proxy.block_gets("/c/data-000.bin", small)
+        index = proxy.block_gets("/c/index.bin", _native.INDEX_BLOCK_BYTES)
     assert sorted(data) == list(range(-(-records * size // small)))
     assert max(data.values()) == 1, {b: n for b, n in data.items() if n > 1}
-    index = block_gets(log, "/c/index.bin", _native.INDEX_BLOCK_BYTES)
     assert sorted(index) == list(range(-(-records * 24 // _native.INDEX_BLOCK_BYTES)))
     assert max(index.values()) == 1, {b: n for b, n in index.items() if n > 1}
 
@@ -219,7 +205,7 @@ def test_a_pass_over_a_warm_cache_reads_each_block_from_it_once(tiny, range_serv
     the read-ahead warming its steps) reads each index and data block from the
     cache's files about once, as the cold pass fetched each once; concurrent
     reads of one index block wait for the first instead of each reading it."""
-    open_cold, values, window = tiny
+    _, values, window = tiny
     data, index = TINY * 8, TINY * 24
 
     def one_pass(reader) -> None:

@@ -32,6 +32,7 @@ import http.client
 import json
 import os
 import posixpath
+import re
 import socket
 import ssl
 import struct
@@ -232,6 +233,19 @@ class _Base:
         """(method, path, Range header) of every request, in arrival order."""
         with self._count_lock:
             return list(self._log)
+
+    def block_gets(self, path: str, block_bytes: int) -> dict[int, int]:
+        """Per block of `block_bytes` of ``path``, how many GETs asked for bytes
+        in it; each GET of ``path`` must carry one byte range."""
+        asked: dict[int, int] = {}
+        for method, p, rng in self.log():
+            if method != "GET" or p != path:
+                continue
+            m = re.fullmatch(r"bytes=(\d+)-(\d+)", rng or "")
+            assert m is not None, (p, rng)
+            for b in range(int(m[1]) // block_bytes, int(m[2]) // block_bytes + 1):
+                asked[b] = asked.get(b, 0) + 1
+        return asked
 
     def reset_counts(self) -> None:
         with self._count_lock:
