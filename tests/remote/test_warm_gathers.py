@@ -7,7 +7,7 @@ from remote_servers import HTTP_STORAGE_OPTIONS
 from test_remote import POSITIONS, N, check, opener, write_store
 
 from conftest import host
-from loaderx.zrecord import Cache
+from loaderx.zrecord import Cache, Dense
 
 # Record i of the Dense stores here is 6 x 5 float32: 120 stored bytes raw.
 RECORD = 120
@@ -66,4 +66,27 @@ def test_a_gather_missing_one_block_fetches_that_block_alone(tmp_path, range_ser
         assert r.traffic() == (fetched + block, from_cache + 10 * RECORD)
         range_server.reset_counts()
         check(r, "dense", want, positions)
+        assert data_gets(range_server) == []
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
+def test_large_records_across_blocks_read_from_memory_equal_the_local_store(
+    tmp_path, range_server, codec
+):
+    # Records of 40,000 bytes in cache blocks of 64 KiB: most cross a block
+    # boundary, and raw ones are copied into their output piece by piece.
+    rng = np.random.default_rng(5)
+    want = rng.integers(0, 256, size=(24, 40_000), dtype=np.uint8)
+    with Dense.create(tmp_path / "s", np.uint8, (40_000,), codec=codec) as w:
+        w.append(want)
+    cache = Cache(tmp_path / "cache", max_bytes=1 << 30, block_bytes=1 << 16)
+    url = range_server.url + "/s"
+    with Dense.open(url, storage_options=HTTP_STORAGE_OPTIONS, cache=cache) as r:
+        # Fetched into the cache, then read back from it into memory.
+        for _ in range(2):
+            np.testing.assert_array_equal(host(r[np.arange(24)]), want)
+        range_server.reset_counts()
+        for positions in ([23, 0, 11, 12, 5], [1, 1, 2], list(range(24))[::-1]):
+            ids = np.array(positions)
+            np.testing.assert_array_equal(host(r[ids]), want[ids])
         assert data_gets(range_server) == []

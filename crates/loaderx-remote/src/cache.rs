@@ -22,7 +22,6 @@
 //! memory, and a file opens without blocking and is read only if it is a regular
 //! file, so a FIFO, a directory or a link at a block's name is a miss.
 
-use std::collections::HashMap;
 use std::fs;
 use std::io::Write;
 use std::ops::Range;
@@ -34,6 +33,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use loaderx_gather::{Error, Result};
+use rustc_hash::FxHashMap;
 
 /// Block size when the caller does not choose: large enough that a block is
 /// worth a request, small enough that a random record does not drag much else in.
@@ -83,7 +83,7 @@ pub struct Cache {
     evicting: Mutex<()>,
     /// Blocks this cache read lately, kept whole in memory so that a warm
     /// gather makes no system call.
-    kept: Mutex<HashMap<Key, Kept>>,
+    kept: Mutex<FxHashMap<Key, Kept>>,
     /// `KEPT_BYTES` but in tests.
     kept_limit: u64,
 }
@@ -91,7 +91,7 @@ pub struct Cache {
 /// The blocks a cache keeps in memory for one store, looked up under one lock
 /// ([`Cache::kept_blocks`]).
 pub(crate) struct KeptBlocks<'a> {
-    kept: MutexGuard<'a, HashMap<Key, Kept>>,
+    kept: MutexGuard<'a, FxHashMap<Key, Kept>>,
     /// The key looked up, its file name reused while the file stays the same.
     key: Key,
     now: Instant,
@@ -322,7 +322,7 @@ impl Cache {
             block_bytes,
             held: AtomicU64::new(0),
             evicting: Mutex::new(()),
-            kept: Mutex::new(HashMap::new()),
+            kept: Mutex::new(FxHashMap::default()),
             kept_limit: KEPT_BYTES,
         };
         cache.evict();

@@ -14,11 +14,12 @@
 //! count; the blocks one read needs are held by that read until it ends, over
 //! the budget if they must be.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use loaderx_gather::{Error, Result};
+use rustc_hash::FxHashMap;
 use zrecord::{CheckedBlock, HeldBlocks, IndexSource, Metadata, INDEX_FILE};
 
 use crate::cache::Cache;
@@ -89,23 +90,38 @@ pub(crate) struct Memory {
 #[derive(Default)]
 struct Lru {
     /// Block number to the block and its last use.
-    blocks: HashMap<usize, (Block, u64)>,
-    /// Last use to block number.
-    order: BTreeMap<u64, usize>,
+    blocks: FxHashMap<usize, (Block, u64)>,
     tick: u64,
     bytes: u64,
 }
 
 impl Lru {
     /// Block `b` if held, marked used now.
+    #[inline]
     fn used(&mut self, b: usize) -> Option<Block> {
         self.tick += 1;
         let tick = self.tick;
         let (block, used) = self.blocks.get_mut(&b)?;
-        let (block, old) = (block.clone(), std::mem::replace(used, tick));
-        self.order.remove(&old);
-        self.order.insert(tick, b);
-        Some(block)
+        *used = tick;
+        Some(block.clone())
+    }
+
+    /// Drops the least recently used blocks until `n` more bytes fit `budget`,
+    /// and at least an eighth of the blocks: a use costs one store of its tick,
+    /// and the order is found only here, once per many insertions.
+    fn evict(&mut self, n: u64, budget: u64) {
+        let mut by_age: Vec<(u64, usize)> =
+            self.blocks.iter().map(|(&b, (_, t))| (*t, b)).collect();
+        by_age.sort_unstable();
+        let batch = self.blocks.len() / 8;
+        for (k, (_, b)) in by_age.into_iter().enumerate() {
+            if self.bytes + n <= budget && k >= batch {
+                break;
+            }
+            if let Some((gone, _)) = self.blocks.remove(&b) {
+                self.bytes -= gone.bytes().len() as u64;
+            }
+        }
     }
 }
 
@@ -148,17 +164,11 @@ impl Memory {
         if lru.blocks.contains_key(&b) {
             return;
         }
-        while lru.bytes + n > self.budget {
-            let Some((_, old)) = lru.order.pop_first() else {
-                break;
-            };
-            if let Some((gone, _)) = lru.blocks.remove(&old) {
-                lru.bytes -= gone.bytes().len() as u64;
-            }
+        if lru.bytes + n > self.budget {
+            lru.evict(n, self.budget);
         }
         lru.tick += 1;
         let tick = lru.tick;
-        lru.order.insert(tick, b);
         lru.blocks.insert(b, (block, tick));
         lru.bytes += n;
     }

@@ -9,7 +9,8 @@ use bytes::Bytes;
 use loaderx_gather::{background, Allocator, Begun, Error, RecordSource, Records, Result, THREADS};
 use xxhash_rust::xxh3::xxh3_64;
 use zrecord::{
-    data_file, Entry, IndexSource, Metadata, Parts, ReadOptions, StoreInfo, VERIFY_STEP_BYTES,
+    data_file, Entry, IndexSource, Metadata, Parts, PayloadSource, ReadOptions, StoreInfo,
+    VERIFY_STEP_BYTES,
 };
 
 use crate::cache::Cache;
@@ -26,7 +27,7 @@ mod warm;
 
 use ahead::Ahead;
 use open::{check_sizes, open_parts};
-use pending::{Arrival, BegunGather, Fetched};
+use pending::{Arrival, BegunGather, Fetched, Payload};
 pub use pending::{Canceller, Pending};
 
 /// Most records whose entries a verify resolves at once. With about
@@ -243,7 +244,7 @@ impl RemoteStore {
             Ok(Fetched {
                 view,
                 entries,
-                spans,
+                payload: Payload::Spans(spans),
                 cached,
             })
         })?;
@@ -255,11 +256,11 @@ impl RemoteStore {
         })
     }
 
-    fn fill(
+    fn fill<S: PayloadSource>(
         &self,
         view: Option<&View>,
         idx: &[u64],
-        spans: &Spans,
+        spans: &S,
         allocator: &Allocator,
     ) -> Result<Records> {
         match view {
@@ -448,10 +449,10 @@ impl RemoteStore {
 }
 
 /// Plans and decodes a gather over `meta`, the store or a view of it.
-fn fill<I: IndexSource>(
+fn fill<I: IndexSource, S: PayloadSource>(
     meta: &Metadata<I>,
     idx: &[u64],
-    spans: &Spans,
+    spans: &S,
     allocator: &Allocator,
 ) -> Result<Records> {
     let plan = meta.plan(idx, spans, &THREADS)?;

@@ -6,7 +6,6 @@
 //! from checked blocks only, so its entries need no further look, and a block
 //! evicted and fetched again is checked again.
 
-use std::collections::HashMap;
 use std::ops::Range;
 
 use crate::error::{Error, Result};
@@ -57,11 +56,14 @@ impl IndexSource for NotFetched {
 
 /// Checked index blocks a read needs: its index source. An entry that crosses
 /// from one held block into the next is joined once, when the view is made.
+/// Both lists are sorted, so that finding an entry's block is a binary search
+/// over the read's own blocks, not a hash per entry.
 pub struct HeldBlocks<B> {
     len: u64,
-    blocks: HashMap<usize, B>,
+    /// Blocks by number.
+    blocks: Vec<(usize, B)>,
     /// Entries across a block boundary, by their first byte.
-    joined: HashMap<usize, Box<[u8]>>,
+    joined: Vec<(usize, Box<[u8]>)>,
 }
 
 impl<B: AsRef<[u8]> + Send + Sync> IndexSource for HeldBlocks<B> {
@@ -75,16 +77,17 @@ impl<B: AsRef<[u8]> + Send + Sync> IndexSource for HeldBlocks<B> {
         let last = range.end.checked_sub(1)? / INDEX_BLOCK_BYTES;
         if first == last {
             let at = first * INDEX_BLOCK_BYTES;
-            return self
-                .blocks
-                .get(&first)?
+            let k = self.blocks.binary_search_by_key(&first, |b| b.0).ok()?;
+            return self.blocks[k]
+                .1
                 .as_ref()
                 .get(range.start - at..range.end - at);
         }
-        self.joined
-            .get(&range.start)
-            .map(|b| &b[..])
-            .filter(|b| b.len() == range.len())
+        let k = self
+            .joined
+            .binary_search_by_key(&range.start, |j| j.0)
+            .ok()?;
+        Some(&self.joined[k].1[..]).filter(|b| b.len() == range.len())
     }
 }
 
@@ -162,7 +165,7 @@ impl<I: IndexSource> Metadata<I> {
         blocks: impl IntoIterator<Item = CheckedBlock<B>>,
     ) -> Result<Metadata<HeldBlocks<B>>> {
         let id = self.info().header().checksum;
-        let mut held = HashMap::new();
+        let mut held = Vec::new();
         for b in blocks {
             if b.store != id {
                 return Err(Error::Internal(format!(
@@ -170,14 +173,21 @@ impl<I: IndexSource> Metadata<I> {
                     b.block
                 )));
             }
-            held.insert(b.block, b.bytes);
+            held.push((b.block, b.bytes));
         }
+        // Callers hand blocks in order; a block given twice is the same checked
+        // bytes, kept once.
+        if !held.is_sorted_by_key(|b| b.0) {
+            held.sort_by_key(|b| b.0);
+        }
+        held.dedup_by_key(|b| b.0);
         let es = self.core().entry_size;
-        let mut joined = HashMap::new();
-        for (&b, first) in &held {
-            let Some(next) = held.get(&(b + 1)) else {
+        let mut joined = Vec::new();
+        for pair in held.windows(2) {
+            let ((b, first), (next_b, next)) = (&pair[0], &pair[1]);
+            if *next_b != b + 1 {
                 continue;
-            };
+            }
             let edge = (b + 1) * INDEX_BLOCK_BYTES;
             let start = edge / es * es;
             if start == edge {
@@ -187,7 +197,7 @@ impl<I: IndexSource> Metadata<I> {
             let from = start - b * INDEX_BLOCK_BYTES;
             let need = start + es - edge;
             if let (Some(a), Some(z)) = (head.get(from..), tail.get(..need)) {
-                joined.insert(start, [a, z].concat().into_boxed_slice());
+                joined.push((start, [a, z].concat().into_boxed_slice()));
             }
         }
         Ok(self.rebind(HeldBlocks {

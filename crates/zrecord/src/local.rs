@@ -15,7 +15,7 @@ use crate::meta::{check_endian, Metadata, Parts, ReadOptions, StoreInfo};
 use crate::parallel::{Parallel, Sequential};
 use crate::plan::Plan;
 use crate::ragged::RaggedLayout;
-use crate::source::{prefetch, IndexSource, PayloadSource};
+use crate::source::{IndexSource, PayloadSource};
 use memmap2::Mmap;
 
 /// Raw records at least this large are read with `pread` instead of copied from
@@ -23,10 +23,6 @@ use memmap2::Mmap;
 /// it keeps large payloads out of the process's mapped (resident) memory: a
 /// mapped read would count every record ever touched in the reader's RSS.
 const PREAD_MIN_BYTES: usize = 32 << 10;
-
-/// Bytes of each record's head that are prefetched; the hardware prefetcher
-/// streams the rest of a longer record once its first lines arrive.
-const PREFETCH_HEAD_BYTES: usize = 256;
 
 /// Opens `path` for reading, refusing anything but a regular file. Opening does
 /// not block on a FIFO or device, and the check is made on the opened file, so it
@@ -196,16 +192,6 @@ impl PayloadSource for LocalFiles {
             .get(file)
             .ok_or_else(|| Error::Internal(format!("data file {file} does not exist")))?;
         f.file.read_exact_at(dst, offset).at(&f.path)
-    }
-
-    #[inline]
-    fn prefetch(&self, file: usize, range: Range<u64>) {
-        let end = range.end.min(range.start + PREFETCH_HEAD_BYTES as u64);
-        if let Some(head) = self.bytes(file, range.start..end) {
-            for line in (0..head.len()).step_by(64) {
-                prefetch(head[line..].as_ptr());
-            }
-        }
     }
 }
 

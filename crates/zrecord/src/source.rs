@@ -10,6 +10,10 @@ use std::ops::Range;
 
 use crate::error::{Error, Result};
 
+/// Bytes of a record's head [`PayloadSource::prefetch`] asks for; the hardware
+/// prefetcher streams the rest of a longer record once its first lines arrive.
+const PREFETCH_HEAD_BYTES: u64 = 256;
+
 /// Where a read finds the stored bytes of records: a store's data files, mapped
 /// from local files or fetched from object storage for one gather.
 pub trait PayloadSource: Sync {
@@ -45,9 +49,20 @@ pub trait PayloadSource: Sync {
     }
 
     /// A hint that [`PayloadSource::bytes`] will soon be asked for `range` of
-    /// data file `file`. It must never fault, whatever the range.
+    /// data file `file`. It must never fault, whatever the range. By default the
+    /// first [`PREFETCH_HEAD_BYTES`] are asked of the CPU: a record's head is a
+    /// cache miss the copies of the records before it can hide.
     #[inline]
-    fn prefetch(&self, _file: usize, _range: Range<u64>) {}
+    fn prefetch(&self, file: usize, range: Range<u64>) {
+        let end = range
+            .end
+            .min(range.start.saturating_add(PREFETCH_HEAD_BYTES));
+        if let Some(head) = self.bytes(file, range.start..end) {
+            for line in (0..head.len()).step_by(64) {
+                prefetch(head[line..].as_ptr());
+            }
+        }
+    }
 }
 
 /// Where a read finds the bytes of a store's index (`index.bin`): a mapped

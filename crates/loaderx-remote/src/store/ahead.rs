@@ -12,10 +12,11 @@
 //! a farther one. Its requests share the store's budget of requests in flight,
 //! and [`RemoteStore::cancel_warm`] stops them.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 use loaderx_gather::{Error, Result};
+use rustc_hash::FxHashMap;
 use tokio::sync::oneshot;
 use tokio::task::AbortHandle;
 use zrecord::{data_file, INDEX_FILE};
@@ -43,7 +44,7 @@ struct State {
     pid: u32,
     /// Blocks fetched (or being fetched) ahead and not yet used by a gather,
     /// with their bytes.
-    held: HashMap<BlockKey, u64>,
+    held: FxHashMap<BlockKey, u64>,
     /// The sum of `held`.
     bytes: u64,
     /// Counts cancels: a warm begun before the last one reserves nothing.
@@ -163,6 +164,9 @@ impl Ahead {
 }
 
 fn forget(s: &mut State, keys: impl IntoIterator<Item = BlockKey>) {
+    if s.held.is_empty() {
+        return;
+    }
     for k in keys {
         if let Some(len) = s.held.remove(&k) {
             s.bytes -= len;

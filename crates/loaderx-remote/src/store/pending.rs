@@ -7,6 +7,7 @@ use loaderx_gather::{Allocator, Begun, Error, Records, Result};
 use tokio::task::JoinHandle;
 use zrecord::{data_file, Entry};
 
+use super::warm::Resident;
 use super::RemoteStore;
 use crate::fetch::{BlockKey, Spans};
 use crate::index::View;
@@ -91,7 +92,11 @@ impl Pending {
         };
         let idx = &self.idx;
         let view = fetched.view.as_ref();
-        match store.fill(view, idx, &fetched.spans, allocator) {
+        let filled = match &fetched.payload {
+            Payload::Spans(spans) => store.fill(view, idx, spans, allocator),
+            Payload::Resident(blocks) => store.fill(view, idx, blocks, allocator),
+        };
+        match filled {
             Err(e)
                 if !fetched.cached.is_empty()
                     && matches!(e.format(), Some(zrecord::Error::Corrupt { .. })) =>
@@ -211,6 +216,14 @@ pub(super) struct Fetched {
     /// read whole at open.
     pub(super) view: Option<View>,
     pub(super) entries: Vec<Entry>,
-    pub(super) spans: Spans,
+    pub(super) payload: Payload,
     pub(super) cached: Vec<BlockKey>,
+}
+
+/// Where a gather's stored bytes are held.
+pub(super) enum Payload {
+    /// The ranges it fetched or read from the cache.
+    Spans(Spans),
+    /// Whole blocks this process held in memory when it began.
+    Resident(Resident),
 }
