@@ -50,7 +50,7 @@ pub trait PayloadSource: Sync {
 
     /// A hint that [`PayloadSource::bytes`] will soon be asked for `range` of
     /// data file `file`. It must never fault, whatever the range. By default the
-    /// first [`PREFETCH_HEAD_BYTES`] are asked of the CPU: a record's head is a
+    /// first few cache lines are asked of the CPU: a record's head is a
     /// cache miss the copies of the records before it can hide.
     #[inline]
     fn prefetch(&self, file: usize, range: Range<u64>) {
