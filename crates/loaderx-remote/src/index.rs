@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use loaderx_gather::{Error, Result};
 use rustc_hash::FxHashMap;
-use zrecord::{CheckedBlock, HeldBlocks, IndexSource, Metadata, INDEX_FILE};
+use zrecord::{CheckedBlock, Entry, HeldBlocks, HeldIndex, IndexSource, Metadata, INDEX_FILE};
 
 use crate::cache::Cache;
 use crate::fetch::Fetcher;
@@ -87,10 +87,10 @@ pub(crate) struct Memory {
     inner: Mutex<Lru>,
 }
 
-#[derive(Default)]
 struct Lru {
-    /// Block number to the block and its last use.
-    blocks: FxHashMap<usize, (Block, u64)>,
+    held: HeldIndex<Bytes>,
+    /// Block number to its last use.
+    used: FxHashMap<usize, u64>,
     tick: u64,
     bytes: u64,
 }
@@ -101,24 +101,23 @@ impl Lru {
     fn used(&mut self, b: usize) -> Option<Block> {
         self.tick += 1;
         let tick = self.tick;
-        let (block, used) = self.blocks.get_mut(&b)?;
-        *used = tick;
-        Some(block.clone())
+        *self.used.get_mut(&b)? = tick;
+        self.held.get(b).cloned()
     }
 
     /// Drops the least recently used blocks until `n` more bytes fit `budget`,
     /// and at least an eighth of the blocks: a use costs one store of its tick,
     /// and the order is found only here, once per many insertions.
     fn evict(&mut self, n: u64, budget: u64) {
-        let mut by_age: Vec<(u64, usize)> =
-            self.blocks.iter().map(|(&b, (_, t))| (*t, b)).collect();
+        let mut by_age: Vec<(u64, usize)> = self.used.iter().map(|(&b, &t)| (t, b)).collect();
         by_age.sort_unstable();
-        let batch = self.blocks.len() / 8;
+        let batch = self.used.len() / 8;
         for (k, (_, b)) in by_age.into_iter().enumerate() {
             if self.bytes + n <= budget && k >= batch {
                 break;
             }
-            if let Some((gone, _)) = self.blocks.remove(&b) {
+            self.used.remove(&b);
+            if let Some(gone) = self.held.remove(b) {
                 self.bytes -= gone.bytes().len() as u64;
             }
         }
@@ -126,10 +125,16 @@ impl Lru {
 }
 
 impl Memory {
-    pub fn new(budget: u64) -> Memory {
+    /// An empty memory of `budget` bytes for the index blocks of `meta`.
+    pub fn new<I: IndexSource>(budget: u64, meta: &Metadata<I>) -> Memory {
         Memory {
             budget,
-            inner: Mutex::new(Lru::default()),
+            inner: Mutex::new(Lru {
+                held: HeldIndex::new(meta),
+                used: FxHashMap::default(),
+                tick: 0,
+                bytes: 0,
+            }),
         }
     }
 
@@ -147,10 +152,41 @@ impl Memory {
         needed.iter().map(|&b| lru.used(b)).collect()
     }
 
+    /// The checked entries of the records at `idx` of the store of `meta`,
+    /// read from the blocks memory holds under one lock, each block used
+    /// marked used; `None` if memory lacks any of them.
+    pub fn entries<I: IndexSource>(
+        &self,
+        meta: &Metadata<I>,
+        idx: &[u64],
+    ) -> zrecord::Result<Option<Vec<Entry>>> {
+        let mut lru = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(view) = meta.over_held(&lru.held) else {
+            return Ok(None);
+        };
+        let Some(entries) = view.held_entries(idx)? else {
+            return Ok(None);
+        };
+        lru.tick += 1;
+        let (tick, mut last) = (lru.tick, usize::MAX);
+        for &i in idx {
+            let (first, end) = meta.entry_blocks(i);
+            for b in [first, end] {
+                if b != last {
+                    if let Some(t) = lru.used.get_mut(&b) {
+                        *t = tick;
+                    }
+                    last = b;
+                }
+            }
+        }
+        Ok(Some(entries))
+    }
+
     /// Whether memory holds block `b`, without marking it used.
     pub fn contains(&self, b: usize) -> bool {
         let lru = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        lru.blocks.contains_key(&b)
+        lru.held.contains(b)
     }
 
     /// Keeps `block`, dropping the least recently used past the budget.
@@ -161,22 +197,24 @@ impl Memory {
         }
         let mut lru = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let b = block.block();
-        if lru.blocks.contains_key(&b) {
+        if lru.held.contains(b) {
             return;
         }
         if lru.bytes + n > self.budget {
             lru.evict(n, self.budget);
         }
-        lru.tick += 1;
-        let tick = lru.tick;
-        lru.blocks.insert(b, (block, tick));
-        lru.bytes += n;
+        if lru.held.insert(block) {
+            lru.tick += 1;
+            let tick = lru.tick;
+            lru.used.insert(b, tick);
+            lru.bytes += n;
+        }
     }
 
     /// Bytes of blocks held, and how many.
     pub fn held(&self) -> (u64, usize) {
         let lru = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        (lru.bytes, lru.blocks.len())
+        (lru.bytes, lru.held.len())
     }
 }
 
@@ -492,7 +530,7 @@ mod tests {
     ) {
         let dir = tempfile::tempdir().unwrap();
         let (meta, index) = blocks_of(dir.path());
-        let mem = Memory::new(3 * zrecord::INDEX_BLOCK_BYTES as u64);
+        let mem = Memory::new(3 * zrecord::INDEX_BLOCK_BYTES as u64, &meta);
         for b in 0..3 {
             mem.put(checked_block(&meta, &index, b));
         }
@@ -522,7 +560,7 @@ mod tests {
             mem.get(last).unwrap().bytes().len() as u64,
             480_000 - last as u64 * bs
         );
-        let none = Memory::new(0);
+        let none = Memory::new(0, &meta);
         none.put(block(0));
         assert_eq!(none.held(), (0, 0));
     }

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use loaderx_gather::{background, Allocator, Begun, Error, RecordSource, Records, Result, THREADS};
 use xxhash_rust::xxh3::xxh3_64;
 use zrecord::{
-    data_file, Entry, IndexSource, Metadata, Parts, PayloadSource, ReadOptions, StoreInfo,
+    data_file, Entry, IndexSource, Metadata, Parts, PayloadSource, Plan, ReadOptions, StoreInfo,
     VERIFY_STEP_BYTES,
 };
 
@@ -104,7 +104,7 @@ impl RemoteStore {
             ahead: Arc::new(Ahead::new(budget, cache.is_some())),
             loc,
             on_demand: meta.info().header().version >= 2,
-            index: Memory::new(opts.index_memory_bytes),
+            index: Memory::new(opts.index_memory_bytes, &meta),
             opts,
             fetcher: Mutex::new((pid(), fetcher)),
             sizes: meta.info().header().shard_sizes.as_slice().into(),
@@ -209,11 +209,7 @@ impl RemoteStore {
     /// other gather begun and not finished. A gather whose blocks this process
     /// holds in memory is read here, before it returns.
     pub fn begin(&self, idx: &[u64]) -> Result<Pending> {
-        let meta = &self.0.meta;
-        // Positions are checked here, before anything is fetched.
-        let blocks = meta.index_blocks(idx)?;
-        let needed = self.on_demand().then_some(blocks);
-        if let Some(fetched) = self.warm_fetched(idx, needed.as_deref())? {
+        if let Some(fetched) = self.warm_fetched(idx)? {
             return Ok(Pending {
                 store: self.clone(),
                 idx: idx.to_vec(),
@@ -221,6 +217,9 @@ impl RemoteStore {
                 bytes: Arrival::Here(fetched),
             });
         }
+        // Positions are checked here, before anything is fetched.
+        let blocks = self.0.meta.index_blocks(idx)?;
+        let needed = self.on_demand().then_some(blocks);
         let source = self.source()?;
         let (store, ids) = (self.clone(), idx.to_vec());
         let task = spawn(async move {
@@ -256,16 +255,24 @@ impl RemoteStore {
         })
     }
 
+    /// Decodes the records at `idx`, whose checked `entries` are those, from
+    /// `spans`: planned from the entries alone where the store allows it (no
+    /// entry read again), otherwise through `view`, or the index read whole.
     fn fill<S: PayloadSource>(
         &self,
         view: Option<&View>,
         idx: &[u64],
+        entries: &[Entry],
         spans: &S,
         allocator: &Allocator,
     ) -> Result<Records> {
+        let meta = &self.0.meta;
+        if let Some(plan) = meta.plan_entries(idx, entries)? {
+            return fill(meta, &plan, spans, allocator);
+        }
         match view {
-            Some(v) => fill(v, idx, spans, allocator),
-            None => fill(&self.0.meta, idx, spans, allocator),
+            Some(v) => fill(v, &v.plan(idx, spans, &THREADS)?, spans, allocator),
+            None => fill(meta, &meta.plan(idx, spans, &THREADS)?, spans, allocator),
         }
     }
 
@@ -451,13 +458,12 @@ impl RemoteStore {
 /// Plans and decodes a gather over `meta`, the store or a view of it.
 fn fill<I: IndexSource, S: PayloadSource>(
     meta: &Metadata<I>,
-    idx: &[u64],
+    plan: &Plan<'_>,
     spans: &S,
     allocator: &Allocator,
 ) -> Result<Records> {
-    let plan = meta.plan(idx, spans, &THREADS)?;
     let block = allocator.fill(plan.output_len(), meta.info().decodes(), |out| {
-        Ok(meta.gather(&plan, out, &THREADS, spans)?)
+        Ok(meta.gather(plan, out, &THREADS, spans)?)
     })?;
     Ok((block, plan.layout().cloned()))
 }

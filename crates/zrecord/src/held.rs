@@ -8,6 +8,8 @@
 
 use std::ops::Range;
 
+use rustc_hash::FxHashMap;
+
 use crate::error::{Error, Result};
 use crate::format::INDEX_BLOCK_BYTES;
 use crate::meta::Metadata;
@@ -96,19 +98,33 @@ impl<I: IndexSource> Metadata<I> {
     /// each once; positions past the end are refused as a gather refuses them.
     pub fn index_blocks(&self, idx: &[u64]) -> Result<Vec<usize>> {
         self.check_positions(idx)?;
-        let es = self.core().entry_size as u64;
-        let bs = INDEX_BLOCK_BYTES as u64;
         let mut out = Vec::with_capacity(idx.len().min(1 << 16));
         for &i in idx {
-            // Positions are below the record count, so their entries lie inside
-            // an index whose size the header checked.
-            let at = i * es;
-            out.push((at / bs) as usize);
-            out.push(((at + es - 1) / bs) as usize);
+            let (first, last) = self.entry_blocks(i);
+            out.push(first);
+            if last != first {
+                out.push(last);
+            }
         }
         out.sort_unstable();
         out.dedup();
         Ok(out)
+    }
+
+    /// The first and last index block the entry of record `i` lies in (the
+    /// same block but for an entry across a block boundary). `i` must be a
+    /// position of the store, checked before.
+    #[inline]
+    pub fn entry_blocks(&self, i: u64) -> (usize, usize) {
+        let es = self.core().entry_size as u64;
+        let bs = INDEX_BLOCK_BYTES as u64;
+        // Positions are below the record count, so their entries lie inside
+        // an index whose size the header checked.
+        let at = i.saturating_mul(es);
+        (
+            (at / bs) as usize,
+            (at.saturating_add(es - 1) / bs) as usize,
+        )
     }
 
     /// The index blocks the entries of the records in `range` lie in.
@@ -205,5 +221,138 @@ impl<I: IndexSource> Metadata<I> {
             blocks: held,
             joined,
         }))
+    }
+}
+
+/// Checked index blocks of one store kept between reads: a set blocks join
+/// and leave one at a time, read through [`Metadata::over_held`] with no
+/// per-read view to build. Blocks are found by hashing their number, and an
+/// entry that crosses from one held block into the next is joined when the
+/// second of the two comes in, so a read finds every entry in one lookup.
+pub struct HeldIndex<B> {
+    store: u64,
+    len: u64,
+    entry_size: usize,
+    blocks: FxHashMap<usize, CheckedBlock<B>>,
+    /// Entries across a block boundary, by their first byte.
+    joined: FxHashMap<usize, Box<[u8]>>,
+}
+
+impl<B: AsRef<[u8]>> HeldIndex<B> {
+    /// An empty set for the store of `meta`.
+    pub fn new<I: IndexSource>(meta: &Metadata<I>) -> HeldIndex<B> {
+        HeldIndex {
+            store: meta.info().header().checksum,
+            len: meta.info().header().index_size,
+            entry_size: meta.core().entry_size,
+            blocks: FxHashMap::default(),
+            joined: FxHashMap::default(),
+        }
+    }
+
+    /// Block `b`, if held.
+    #[inline]
+    pub fn get(&self, b: usize) -> Option<&CheckedBlock<B>> {
+        self.blocks.get(&b)
+    }
+
+    /// Whether block `b` is held.
+    pub fn contains(&self, b: usize) -> bool {
+        self.blocks.contains_key(&b)
+    }
+
+    /// How many blocks are held.
+    pub fn len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Whether no block is held.
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+
+    /// Holds `block`; `false` (and nothing held) for a block of another store
+    /// or one already held.
+    pub fn insert(&mut self, block: CheckedBlock<B>) -> bool {
+        let b = block.block;
+        if block.store != self.store || self.blocks.contains_key(&b) {
+            return false;
+        }
+        self.blocks.insert(b, block);
+        for edge in [b, b + 1] {
+            self.join_at(edge);
+        }
+        true
+    }
+
+    /// Drops block `b`, and the entries joined across its edges.
+    pub fn remove(&mut self, b: usize) -> Option<CheckedBlock<B>> {
+        let gone = self.blocks.remove(&b)?;
+        for edge in [b, b + 1] {
+            if let Some(start) = self.crossing(edge) {
+                self.joined.remove(&start);
+            }
+        }
+        Some(gone)
+    }
+
+    /// The first byte of the entry that crosses the start of block `edge`, if
+    /// one does.
+    fn crossing(&self, edge: usize) -> Option<usize> {
+        let at = edge.checked_mul(INDEX_BLOCK_BYTES)?;
+        let start = at / self.entry_size * self.entry_size;
+        (edge > 0 && start != at).then_some(start)
+    }
+
+    /// Joins the entry across the start of block `edge` if both its blocks
+    /// are held.
+    fn join_at(&mut self, edge: usize) {
+        let Some(start) = self.crossing(edge) else {
+            return;
+        };
+        let (Some(head), Some(tail)) = (self.blocks.get(&(edge - 1)), self.blocks.get(&edge))
+        else {
+            return;
+        };
+        let at = edge * INDEX_BLOCK_BYTES;
+        let from = start - (edge - 1) * INDEX_BLOCK_BYTES;
+        let need = start + self.entry_size - at;
+        if let (Some(a), Some(z)) = (head.bytes().get(from..), tail.bytes().get(..need)) {
+            self.joined
+                .insert(start, [a, z].concat().into_boxed_slice());
+        }
+    }
+}
+
+impl<B: AsRef<[u8]> + Send + Sync> IndexSource for &HeldIndex<B> {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    #[inline]
+    fn bytes(&self, range: Range<usize>) -> Option<&[u8]> {
+        let first = range.start / INDEX_BLOCK_BYTES;
+        let last = range.end.checked_sub(1)? / INDEX_BLOCK_BYTES;
+        if first == last {
+            let at = first * INDEX_BLOCK_BYTES;
+            return self
+                .blocks
+                .get(&first)?
+                .bytes()
+                .get(range.start - at..range.end - at);
+        }
+        let j = self.joined.get(&range.start)?;
+        Some(&j[..]).filter(|b| b.len() == range.len())
+    }
+}
+
+impl<I: IndexSource> Metadata<I> {
+    /// A view of this store over the blocks `held` holds; `None` if they are
+    /// another store's.
+    pub fn over_held<'a, B: AsRef<[u8]> + Send + Sync>(
+        &self,
+        held: &'a HeldIndex<B>,
+    ) -> Option<Metadata<&'a HeldIndex<B>>> {
+        (held.store == self.info().header().checksum).then(|| self.rebind(held))
     }
 }

@@ -40,7 +40,7 @@ pub use format::{
     MAX_HEADER_BYTES, MAX_NDIM, MAX_RECORD_BYTES, NEWEST_FORMAT_VERSION, OLDEST_FORMAT_VERSION,
     WIDE_FORMAT_VERSION,
 };
-pub use held::{CheckedBlock, HeldBlocks, NotFetched};
+pub use held::{CheckedBlock, HeldBlocks, HeldIndex, NotFetched};
 pub use local::{LocalIndex, Store};
 pub use meta::{Metadata, Parts, ReadOptions, StoreInfo};
 pub use parallel::{Parallel, Sequential};

@@ -427,23 +427,31 @@ impl<I: IndexSource> Metadata<I> {
     /// The raw bytes of entry `i`, after checking the index blocks they lie in.
     #[inline]
     pub(crate) fn entry_bytes(&self, i: u64) -> Result<&[u8]> {
+        self.held_entry_bytes(i)
+            .unwrap_or_else(|| Err(self.entry_missing(i)))
+    }
+
+    /// [`Metadata::entry_bytes`], or `None` if the index source does not hold
+    /// them.
+    #[inline]
+    fn held_entry_bytes(&self, i: u64) -> Option<Result<&[u8]>> {
         let es = self.core.entry_size;
-        let at = usize::try_from(i).ok().and_then(|i| i.checked_mul(es));
-        let Some((at, raw)) =
-            at.and_then(|at| Some((at, self.index.bytes(at..at.checked_add(es)?)?)))
-        else {
-            return Err(self.entry_missing(i));
-        };
+        let at = usize::try_from(i).ok()?.checked_mul(es)?;
+        let raw = self.index.bytes(at..at.checked_add(es)?)?;
         if !self.held_checked && !self.core.blocks.all {
             let (first, last) = (at / INDEX_BLOCK_BYTES, (at + es - 1) / INDEX_BLOCK_BYTES);
             if !self.core.blocks.is_checked(first) {
-                self.check_block(first)?;
+                if let Err(e) = self.check_block(first) {
+                    return Some(Err(e));
+                }
             }
             if last != first && !self.core.blocks.is_checked(last) {
-                self.check_block(last)?;
+                if let Err(e) = self.check_block(last) {
+                    return Some(Err(e));
+                }
             }
         }
-        Ok(raw)
+        Some(Ok(raw))
     }
 
     /// Why entry `i` could not be had: a position past the end, or (a bug) an
@@ -546,9 +554,22 @@ impl<I: IndexSource> Metadata<I> {
     /// existing data file and its stored length can hold its shape.
     #[inline]
     pub(crate) fn checked_entry(&self, i: u64) -> Result<(Entry, u64)> {
-        let raw = self.entry_bytes(i)?;
+        self.check_entry(i, self.entry_bytes(i)?)
+    }
+
+    /// The entry of record `i` whose index bytes are `raw`, and its logical
+    /// size, checked as [`Metadata::checked_entry`] checks them.
+    #[inline]
+    fn check_entry(&self, i: u64, raw: &[u8]) -> Result<(Entry, u64)> {
         let e = Entry::decode(raw);
         let logical = self.logical_bytes(i, raw)?;
+        self.check_decoded(i, e, logical)
+    }
+
+    /// `e`, the entry of record `i` with `logical` bytes, if it lies inside
+    /// an existing data file and its stored length can hold them.
+    #[inline]
+    pub(crate) fn check_decoded(&self, i: u64, e: Entry, logical: u64) -> Result<(Entry, u64)> {
         let stored = e.stored_len as u64;
         let in_file = self
             .core
@@ -605,6 +626,24 @@ impl<I: IndexSource> Metadata<I> {
     pub fn entries(&self, idx: &[u64]) -> Result<Vec<Entry>> {
         self.check_positions(idx)?;
         self.resolve(idx)
+    }
+
+    /// The checked entries of the records at `idx` if the index source holds
+    /// every one; `None` if it lacks any (a caller holding part of the index
+    /// fetches the rest and asks again).
+    pub fn held_entries(&self, idx: &[u64]) -> Result<Option<Vec<Entry>>> {
+        self.check_positions(idx)?;
+        let mut entries = Vec::with_capacity(idx.len());
+        for (k, &p) in idx.iter().enumerate() {
+            if let Some(&q) = idx.get(k + PREFETCH_AHEAD) {
+                self.prefetch_entry(q);
+            }
+            let Some(raw) = self.held_entry_bytes(p) else {
+                return Ok(None);
+            };
+            entries.push(self.check_entry(p, raw?)?.0);
+        }
+        Ok(Some(entries))
     }
 
     /// The checked entries of `ids`, with the index entries a few positions

@@ -20,8 +20,9 @@ use crate::source::{not_held, IndexSource, PayloadSource};
 /// [`Plan::output_len`] only after every record was found sound.
 pub struct Plan<'a> {
     pub(crate) ids: &'a [u64],
-    /// Resolved entries; empty for raw Dense, whose parts resolve and check
-    /// their own entries while they copy, on every thread.
+    /// Resolved entries; empty for raw Dense planned from positions, whose
+    /// parts resolve and check their own entries while they copy, on every
+    /// thread.
     pub(crate) entries: Vec<Entry>,
     /// The one logical size of every record of a raw Dense plan.
     uniform: Option<usize>,
@@ -77,7 +78,7 @@ impl<I: IndexSource> Metadata<I> {
         par: &dyn Parallel,
     ) -> Result<Plan<'a>> {
         self.check_positions(idx)?;
-        if let (Some(rb), true) = (self.core().dense_bytes, self.core().raw) {
+        if let Some(rb) = self.fixed_raw_bytes() {
             // Opening checked that a record of this size fits in a data file, so
             // the output is backed by data; the entries are checked as they are
             // read.
@@ -122,6 +123,49 @@ impl<I: IndexSource> Metadata<I> {
             layout,
             output_len,
         })
+    }
+
+    /// The one size of every record of a store of raw Dense records, whose
+    /// plans need no more than the records' entries ([`Metadata::plan_entries`]);
+    /// `None` for any other store.
+    pub fn fixed_raw_bytes(&self) -> Option<u64> {
+        self.core().dense_bytes.filter(|_| self.core().raw)
+    }
+
+    /// A plan for the records at `idx` from their entries (as
+    /// [`Metadata::entries`] or [`Metadata::held_entries`] gave them, in the
+    /// same order), which reads nothing of the index: for a store of raw
+    /// records of one size, whose plan needs nothing else; `None` for any
+    /// other store, which plans through its index. Each entry is checked again
+    /// as a gather checks it, so entries of another store cannot read outside
+    /// this one's data files.
+    pub fn plan_entries<'a>(&self, idx: &'a [u64], entries: &[Entry]) -> Result<Option<Plan<'a>>> {
+        let Some(rb) = self.fixed_raw_bytes() else {
+            return Ok(None);
+        };
+        if entries.len() != idx.len() {
+            return Err(Error::InvalidArgument(format!(
+                "{} entries were given for {} records",
+                entries.len(),
+                idx.len()
+            )));
+        }
+        self.check_positions(idx)?;
+        for (&p, &e) in idx.iter().zip(entries) {
+            self.check_decoded(p, e, rb)?;
+        }
+        let output_len = (idx.len() as u64)
+            .checked_mul(rb)
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| too_large(idx.len()))?;
+        Ok(Some(Plan {
+            ids: idx,
+            entries: entries.to_vec(),
+            uniform: Some(rb as usize),
+            sizes: Vec::new(),
+            layout: None,
+            output_len,
+        }))
     }
 
     /// The checked entries of `idx` and each record's logical size, every

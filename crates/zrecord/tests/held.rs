@@ -194,3 +194,136 @@ fn a_small_index_not_held_is_not_read_at_open() {
     let view = meta.with_blocks([b]).unwrap();
     assert_eq!(gather(&view, &[99, 0], &files), vec![298, 1]);
 }
+
+fn checked(meta: &Metadata<NotFetched>, index: &[u8], b: usize) -> zrecord::CheckedBlock<Vec<u8>> {
+    let r = meta.index_block_range(b);
+    meta.check_index_block(b, index[r.start as usize..r.end as usize].to_vec())
+        .unwrap()
+}
+
+/// The entries a reader of the whole index finds for `idx`.
+fn whole_entries(dir: &Path, idx: &[u64]) -> Vec<zrecord::Entry> {
+    let dir = &dir.join("s");
+    let header = fs::read(dir.join(zrecord::HEADER_FILE)).unwrap();
+    let parts = Parts {
+        index: fs::read(dir.join(zrecord::INDEX_FILE)).unwrap(),
+        index_sums: fs::read(dir.join(zrecord::INDEX_SUMS_FILE)).unwrap(),
+        dict: None,
+        attrs: None,
+    };
+    let name = Path::new("http://127.0.0.1:1/store");
+    let meta = Metadata::from_parts(name, &header, parts, ReadOptions { checked: true }).unwrap();
+    meta.entries(idx).unwrap()
+}
+
+fn values_of(idx: &[u64]) -> Vec<u32> {
+    idx.iter().map(|&i| i as u32 * 3 + 1).collect()
+}
+
+#[test]
+fn a_held_index_joins_crossing_entries_as_blocks_come_and_drops_them_as_blocks_go() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), 10_000, Codec::Raw);
+    let (meta, index, files) = open_lazy(dir.path());
+    let mut held = zrecord::HeldIndex::new(&meta);
+    // Entry 2730 crosses from block 0 into block 1, entry 5461 from 1 into 2.
+    let idx = [2730u64, 5461, 0, 9_999];
+    assert!(held.insert(checked(&meta, &index, 1)));
+    assert!(!held.insert(checked(&meta, &index, 1)), "held twice");
+    {
+        let view = meta.over_held(&held).unwrap();
+        assert_eq!(
+            view.held_entries(&[2731]).unwrap().unwrap(),
+            whole_entries(dir.path(), &[2731])
+        );
+        // The crossing entries need the block on their other side.
+        assert_eq!(view.held_entries(&[2730]).unwrap(), None);
+        assert_eq!(view.held_entries(&[5461]).unwrap(), None);
+    }
+    for b in [3, 0, 2] {
+        assert!(held.insert(checked(&meta, &index, b)));
+    }
+    assert_eq!(held.len(), 4);
+    {
+        let view = meta.over_held(&held).unwrap();
+        let entries = view.held_entries(&idx).unwrap().unwrap();
+        assert_eq!(entries, whole_entries(dir.path(), &idx));
+        let plan = meta.plan_entries(&idx, &entries).unwrap().unwrap();
+        let mut out = vec![0u8; plan.output_len()];
+        meta.gather(&plan, &mut out, &Sequential, &files).unwrap();
+        let got: Vec<u32> = out
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(got, values_of(&idx));
+        assert!(matches!(
+            view.held_entries(&[10_000]),
+            Err(Error::OutOfRange {
+                index: 10_000,
+                len: 10_000
+            })
+        ));
+    }
+    // Block 1 leaves, and both entries joined across its edges with it.
+    assert!(held.remove(1).is_some());
+    assert!(held.remove(1).is_none());
+    let view = meta.over_held(&held).unwrap();
+    assert_eq!(view.held_entries(&[2730]).unwrap(), None);
+    assert_eq!(view.held_entries(&[5461]).unwrap(), None);
+    assert_eq!(
+        view.held_entries(&[0, 9_999]).unwrap().unwrap(),
+        whole_entries(dir.path(), &[0, 9_999])
+    );
+}
+
+#[test]
+fn a_held_index_refuses_another_stores_blocks() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    write(a.path(), 10_000, Codec::Raw);
+    write(b.path(), 20_000, Codec::Raw);
+    let (meta_a, index_a, _) = open_lazy(a.path());
+    let (meta_b, _, _) = open_lazy(b.path());
+    let mut held = zrecord::HeldIndex::new(&meta_b);
+    assert!(!held.insert(checked(&meta_a, &index_a, 0)));
+    assert!(held.is_empty());
+    assert!(meta_a.over_held(&held).is_none());
+}
+
+#[test]
+fn plans_from_entries_only_for_raw_records_of_one_size_and_checked_again() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), 10_000, Codec::Raw);
+    // The index is not there: a plan from entries reads none of it.
+    let (meta, _, _) = open_lazy(dir.path());
+    assert_eq!(meta.fixed_raw_bytes(), Some(4));
+    let idx = [3u64, 7];
+    let entries = whole_entries(dir.path(), &idx);
+    assert_eq!(
+        meta.plan_entries(&idx, &entries)
+            .unwrap()
+            .unwrap()
+            .output_len(),
+        8
+    );
+    let err = meta.plan_entries(&idx, &entries[..1]).err().unwrap();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    // An entry pointing past its data file, or of another size, is refused.
+    let mut bad = entries.clone();
+    bad[1].offset = u64::MAX - 2;
+    assert!(matches!(
+        meta.plan_entries(&idx, &bad),
+        Err(Error::Corrupt { .. })
+    ));
+    let mut bad = entries.clone();
+    bad[0].stored_len = 8;
+    assert!(matches!(
+        meta.plan_entries(&idx, &bad),
+        Err(Error::Corrupt { .. })
+    ));
+    let zdir = tempfile::tempdir().unwrap();
+    write(zdir.path(), 100, Codec::Zstd);
+    let (z, _, _) = open_lazy(zdir.path());
+    assert_eq!(z.fixed_raw_bytes(), None);
+    let ze = whole_entries(zdir.path(), &[1]);
+    assert!(z.plan_entries(&[1], &ze).unwrap().is_none());
+}

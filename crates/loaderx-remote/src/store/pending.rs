@@ -92,9 +92,10 @@ impl Pending {
         };
         let idx = &self.idx;
         let view = fetched.view.as_ref();
+        let entries = &fetched.entries;
         let filled = match &fetched.payload {
-            Payload::Spans(spans) => store.fill(view, idx, spans, allocator),
-            Payload::Resident(blocks) => store.fill(view, idx, blocks, allocator),
+            Payload::Spans(spans) => store.fill(view, idx, entries, spans, allocator),
+            Payload::Resident(blocks) => store.fill(view, idx, entries, blocks, allocator),
         };
         match filled {
             Err(e)
@@ -109,7 +110,7 @@ impl Pending {
                 }
                 let refetch = source.fetch(&fetched.entries, false);
                 let (spans, _) = block_on(source.fetcher.bounded(refetch))?;
-                store.fill(view, idx, &spans, allocator)
+                store.fill(view, idx, entries, &spans, allocator)
             }
             other => other,
         }

@@ -1,6 +1,6 @@
 //! A gather whose index blocks and data blocks this process already holds in
-//! memory: its records are read from the whole blocks themselves, found by a
-//! binary search over the gather's own blocks, with no requests planned, no
+//! memory: its records are read from the whole blocks themselves, found by
+//! hashing the gather's own blocks, with no requests planned, no
 //! task, no blocking thread, and one lock per map. Anything missing sends the
 //! gather the usual way, unchanged.
 
@@ -8,6 +8,7 @@ use std::ops::Range;
 
 use bytes::Bytes;
 use loaderx_gather::Result;
+use rustc_hash::{FxHashMap, FxHashSet};
 use zrecord::{data_file, PayloadSource};
 
 use super::pending::{Fetched, Payload};
@@ -24,17 +25,17 @@ const READ_INTO_MIN_BYTES: usize = 32 << 10;
 /// Whole data blocks held in memory, as the format crate asks for their bytes.
 pub(crate) struct Resident {
     bs: u64,
-    /// Per data file, its blocks by number.
-    blocks: Vec<Vec<(u64, Bytes)>>,
-    /// Per data file, the records that cross a block boundary and are not read
-    /// into their output, joined, by offset.
-    joined: Vec<Vec<(u64, Box<[u8]>)>>,
+    /// The gather's blocks, by data file and number.
+    blocks: FxHashMap<BlockKey, Bytes>,
+    /// The records that cross a block boundary and are not read into their
+    /// output, joined, by data file and offset.
+    joined: FxHashMap<(usize, u64), Box<[u8]>>,
 }
 
 impl Resident {
+    #[inline]
     fn block(&self, file: usize, b: u64) -> Option<&Bytes> {
-        let v = self.blocks.get(file)?;
-        v.binary_search_by_key(&b, |x| x.0).ok().map(|k| &v[k].1)
+        self.blocks.get(&(file, b))
     }
 
     /// Bytes `range` of `file` from the blocks they lie in, joined if more than
@@ -81,9 +82,8 @@ impl PayloadSource for Resident {
             );
             return self.block(file, b)?.get(lo..hi);
         }
-        let v = self.joined.get(file)?;
-        let k = v.binary_search_by_key(&range.start, |j| j.0).ok()?;
-        Some(&v[k].1[..]).filter(|j| j.len() as u64 == range.end - range.start)
+        let j = self.joined.get(&(file, range.start))?;
+        Some(&j[..]).filter(|j| j.len() as u64 == range.end - range.start)
     }
 
     #[inline]
@@ -101,95 +101,87 @@ impl PayloadSource for Resident {
 }
 
 impl RemoteStore {
-    /// The stored bytes of the records at `idx` (positions already checked;
-    /// `needed` their index blocks, `None` for an index read whole) if memory
-    /// holds every block they lie in; `None` if any must come from the cache's
-    /// files or object storage. Counted as read from the cache, as the same
-    /// bytes are on the other way.
-    pub(super) fn warm_fetched(
-        &self,
-        idx: &[u64],
-        needed: Option<&[usize]>,
-    ) -> Result<Option<Fetched>> {
+    /// The stored bytes of the records at `idx` if memory holds every block
+    /// they lie in, their index blocks too; `None` if any must come from the
+    /// cache's files or object storage. Positions are checked here. Counted as
+    /// read from the cache, as the same bytes are on the other way.
+    pub(super) fn warm_fetched(&self, idx: &[u64]) -> Result<Option<Fetched>> {
         let s = &self.0;
         let Some(cache) = &s.cache else {
             return Ok(None);
         };
-        let view = match needed {
-            Some(n) => match s.index.get_all(n) {
+        let on_demand = self.on_demand();
+        let entries = if on_demand {
+            match s.index.entries(&s.meta, idx)? {
+                Some(e) => e,
+                None => return Ok(None),
+            }
+        } else {
+            s.meta.entries(idx)?
+        };
+        // A store whose plan reads more of the index than the entries (its
+        // records' shapes, say) is decoded through a view of its blocks.
+        let view = match on_demand && s.meta.fixed_raw_bytes().is_none() {
+            true => match s.index.get_all(&s.meta.index_blocks(idx)?) {
                 Some(blocks) => Some(s.meta.with_blocks(blocks)?),
                 None => return Ok(None),
             },
-            None => None,
-        };
-        let entries = match &view {
-            Some(v) => v.entries(idx)?,
-            None => s.meta.entries(idx)?,
+            false => None,
         };
         let bs = cache.block_bytes();
-        let files = s.sizes.len();
-        // The records' stored bytes in order, each once (a record asked for
-        // twice is read, and counted, once): their blocks follow in order.
-        let mut stored: Vec<(usize, u64, u64)> = entries
-            .iter()
-            .map(|e| {
-                (
-                    e.file as usize,
-                    e.offset,
-                    e.offset + u64::from(e.stored_len),
-                )
-            })
-            .collect();
-        stored.sort_unstable();
-        stored.dedup();
-        let mut keys: Vec<BlockKey> = Vec::with_capacity(stored.len());
+        let raw = s.meta.info().schema().codec == zrecord::Codec::Raw;
+        let mut resident = Resident {
+            bs,
+            blocks: FxHashMap::default(),
+            joined: FxHashMap::default(),
+        };
+        // Each record's bytes once (a record asked for twice is read, and
+        // counted, once), and each block once, in no order: hashing them costs
+        // less than sorting them.
+        let mut records: FxHashSet<(usize, u64)> = FxHashSet::default();
+        records.reserve(entries.len());
+        let mut keys: Vec<BlockKey> = Vec::new();
         let mut bytes = 0u64;
-        for &(file, start, end) in &stored {
-            bytes += end - start;
-            if end > start {
-                for b in start / bs..=(end - 1) / bs {
-                    if keys.last() != Some(&(file, b)) {
-                        keys.push((file, b));
-                    }
-                }
-            }
-        }
-        let mut blocks: Vec<Vec<(u64, Bytes)>> = vec![Vec::new(); files];
         {
             let id = s.meta.info().header().checksum;
             let mut kept = cache.kept_blocks(id);
             let mut name = (usize::MAX, String::new());
-            for &(file, b) in &keys {
-                if name.0 != file {
-                    name = (file, data_file(file));
+            for e in &entries {
+                let (file, start) = (e.file as usize, e.offset);
+                let end = start + u64::from(e.stored_len);
+                if end == start || !records.insert((file, start)) {
+                    continue;
                 }
-                let len = block_len(&s.sizes, bs, file, b);
-                let Some(whole) = kept.block(&name.1, b, len) else {
-                    return Ok(None);
-                };
-                match blocks.get_mut(file) {
-                    Some(v) => v.push((b, whole)),
-                    None => return Ok(None),
+                bytes += end - start;
+                for b in start / bs..=(end - 1) / bs {
+                    if resident.blocks.contains_key(&(file, b)) {
+                        continue;
+                    }
+                    if name.0 != file {
+                        name = (file, data_file(file));
+                    }
+                    let len = block_len(&s.sizes, bs, file, b);
+                    let Some(whole) = kept.block(&name.1, b, len) else {
+                        return Ok(None);
+                    };
+                    resident.blocks.insert((file, b), whole);
+                    keys.push((file, b));
                 }
             }
         }
-        let mut resident = Resident {
-            bs,
-            blocks,
-            joined: vec![Vec::new(); files],
-        };
-        let raw = s.meta.info().schema().codec == zrecord::Codec::Raw;
-        for &(file, start, end) in &stored {
+        for e in &entries {
+            let (file, start) = (e.file as usize, e.offset);
+            let end = start + u64::from(e.stored_len);
             let crosses = end > start && (end - 1) / bs != start / bs;
-            let len = (end - start) as usize;
-            if crosses && !(raw && resident.reads_into(len)) {
+            let len = e.stored_len as usize;
+            if crosses
+                && !(raw && resident.reads_into(len))
+                && !resident.joined.contains_key(&(file, start))
+            {
                 let Some(j) = resident.join(file, &(start..end)) else {
                     return Ok(None);
                 };
-                match resident.joined.get_mut(file) {
-                    Some(v) => v.push((start, j)),
-                    None => return Ok(None),
-                }
+                resident.joined.insert((file, start), j);
             }
         }
         // Through source(): a forked child counts on a fetcher of its own.
@@ -197,7 +189,11 @@ impl RemoteStore {
             .fetcher
             .traffic
             .add_from_cache(bytes as usize);
-        let index_keys = needed.into_iter().flatten().map(|&b| (INDEX_KEY, b as u64));
+        // Walked only if blocks fetched ahead are waiting to be used.
+        let index_keys = idx.iter().flat_map(|&i| {
+            let (first, last) = s.meta.entry_blocks(i);
+            [(INDEX_KEY, first as u64), (INDEX_KEY, last as u64)]
+        });
         s.ahead.used(index_keys.chain(keys.iter().copied()));
         Ok(Some(Fetched {
             view,
