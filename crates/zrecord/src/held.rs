@@ -75,22 +75,50 @@ impl<B: AsRef<[u8]> + Send + Sync> IndexSource for HeldBlocks<B> {
 
     #[inline]
     fn bytes(&self, range: Range<usize>) -> Option<&[u8]> {
-        let first = range.start / INDEX_BLOCK_BYTES;
-        let last = range.end.checked_sub(1)? / INDEX_BLOCK_BYTES;
-        if first == last {
-            let at = first * INDEX_BLOCK_BYTES;
-            let k = self.blocks.binary_search_by_key(&first, |b| b.0).ok()?;
-            return self.blocks[k]
-                .1
-                .as_ref()
-                .get(range.start - at..range.end - at);
-        }
-        let k = self
-            .joined
-            .binary_search_by_key(&range.start, |j| j.0)
-            .ok()?;
-        Some(&self.joined[k].1[..]).filter(|b| b.len() == range.len())
+        held_bytes(
+            range,
+            |b| {
+                let k = self.blocks.binary_search_by_key(&b, |x| x.0).ok()?;
+                Some(self.blocks[k].1.as_ref())
+            },
+            |start| {
+                let k = self.joined.binary_search_by_key(&start, |j| j.0).ok()?;
+                Some(&self.joined[k].1[..])
+            },
+        )
     }
+}
+
+/// Bytes `range` of an index held in blocks: from the one block they lie in
+/// (`block` finds it by number), or from the entry joined across two (`joined`
+/// finds it by its first byte).
+#[inline]
+fn held_bytes<'a>(
+    range: Range<usize>,
+    block: impl FnOnce(usize) -> Option<&'a [u8]>,
+    joined: impl FnOnce(usize) -> Option<&'a [u8]>,
+) -> Option<&'a [u8]> {
+    let first = range.start / INDEX_BLOCK_BYTES;
+    let last = range.end.checked_sub(1)? / INDEX_BLOCK_BYTES;
+    if first == last {
+        let at = first * INDEX_BLOCK_BYTES;
+        return block(first)?.get(range.start - at..range.end - at);
+    }
+    joined(range.start).filter(|b| b.len() == range.len())
+}
+
+/// The entry of `es` bytes that crosses the start of block `edge`, if one
+/// does: its first byte and its bytes, from the end of block `edge - 1`
+/// (`head`) and the start of block `edge` (`tail`).
+fn crossing_entry(edge: usize, es: usize, head: &[u8], tail: &[u8]) -> Option<(usize, Box<[u8]>)> {
+    let at = edge.checked_mul(INDEX_BLOCK_BYTES)?;
+    let start = at / es * es;
+    if edge == 0 || start == at {
+        return None;
+    }
+    let a = head.get(start - (edge - 1) * INDEX_BLOCK_BYTES..)?;
+    let z = tail.get(..start + es - at)?;
+    Some((start, [a, z].concat().into_boxed_slice()))
 }
 
 impl<I: IndexSource> Metadata<I> {
@@ -198,24 +226,13 @@ impl<I: IndexSource> Metadata<I> {
         }
         held.dedup_by_key(|b| b.0);
         let es = self.core().entry_size;
-        let mut joined = Vec::new();
-        for pair in held.windows(2) {
-            let ((b, first), (next_b, next)) = (&pair[0], &pair[1]);
-            if *next_b != b + 1 {
-                continue;
-            }
-            let edge = (b + 1) * INDEX_BLOCK_BYTES;
-            let start = edge / es * es;
-            if start == edge {
-                continue;
-            }
-            let (head, tail) = (first.as_ref(), next.as_ref());
-            let from = start - b * INDEX_BLOCK_BYTES;
-            let need = start + es - edge;
-            if let (Some(a), Some(z)) = (head.get(from..), tail.get(..need)) {
-                joined.push((start, [a, z].concat().into_boxed_slice()));
-            }
-        }
+        let joined = held
+            .windows(2)
+            .filter(|pair| pair[1].0 == pair[0].0 + 1)
+            .filter_map(|pair| {
+                crossing_entry(pair[1].0, es, pair[0].1.as_ref(), pair[1].1.as_ref())
+            })
+            .collect();
         Ok(self.rebind(HeldBlocks {
             len: self.info().header().index_size,
             blocks: held,
@@ -289,37 +306,26 @@ impl<B: AsRef<[u8]>> HeldIndex<B> {
     pub fn remove(&mut self, b: usize) -> Option<CheckedBlock<B>> {
         let gone = self.blocks.remove(&b)?;
         for edge in [b, b + 1] {
-            if let Some(start) = self.crossing(edge) {
-                self.joined.remove(&start);
-            }
+            let at = edge.saturating_mul(INDEX_BLOCK_BYTES);
+            self.joined
+                .remove(&(at / self.entry_size * self.entry_size));
         }
         Some(gone)
     }
 
-    /// The first byte of the entry that crosses the start of block `edge`, if
-    /// one does.
-    fn crossing(&self, edge: usize) -> Option<usize> {
-        let at = edge.checked_mul(INDEX_BLOCK_BYTES)?;
-        let start = at / self.entry_size * self.entry_size;
-        (edge > 0 && start != at).then_some(start)
-    }
-
-    /// Joins the entry across the start of block `edge` if both its blocks
-    /// are held.
+    /// Joins the entry across the start of block `edge` if one crosses it and
+    /// both its blocks are held.
     fn join_at(&mut self, edge: usize) {
-        let Some(start) = self.crossing(edge) else {
+        let Some(before) = edge.checked_sub(1) else {
             return;
         };
-        let (Some(head), Some(tail)) = (self.blocks.get(&(edge - 1)), self.blocks.get(&edge))
-        else {
+        let (Some(head), Some(tail)) = (self.blocks.get(&before), self.blocks.get(&edge)) else {
             return;
         };
-        let at = edge * INDEX_BLOCK_BYTES;
-        let from = start - (edge - 1) * INDEX_BLOCK_BYTES;
-        let need = start + self.entry_size - at;
-        if let (Some(a), Some(z)) = (head.bytes().get(from..), tail.bytes().get(..need)) {
-            self.joined
-                .insert(start, [a, z].concat().into_boxed_slice());
+        if let Some((start, entry)) =
+            crossing_entry(edge, self.entry_size, head.bytes(), tail.bytes())
+        {
+            self.joined.insert(start, entry);
         }
     }
 }
@@ -331,18 +337,11 @@ impl<B: AsRef<[u8]> + Send + Sync> IndexSource for &HeldIndex<B> {
 
     #[inline]
     fn bytes(&self, range: Range<usize>) -> Option<&[u8]> {
-        let first = range.start / INDEX_BLOCK_BYTES;
-        let last = range.end.checked_sub(1)? / INDEX_BLOCK_BYTES;
-        if first == last {
-            let at = first * INDEX_BLOCK_BYTES;
-            return self
-                .blocks
-                .get(&first)?
-                .bytes()
-                .get(range.start - at..range.end - at);
-        }
-        let j = self.joined.get(&range.start)?;
-        Some(&j[..]).filter(|b| b.len() == range.len())
+        held_bytes(
+            range,
+            |b| Some(self.blocks.get(&b)?.bytes()),
+            |start| Some(&self.joined.get(&start)?[..]),
+        )
     }
 }
 
