@@ -90,3 +90,28 @@ def test_large_records_across_blocks_read_from_memory_equal_the_local_store(
             ids = np.array(positions)
             np.testing.assert_array_equal(host(r[ids]), want[ids])
         assert data_gets(range_server) == []
+
+
+def test_a_gather_begun_after_a_warm_one_fetches_what_memory_lacks(tmp_path, range_server):
+    # A gather begun right after one that found its blocks in memory is looked
+    # up on the background gather thread; when its blocks are not all there,
+    # it is fetched the usual way, and the gathers begun behind it still come.
+    want = write_store(tmp_path / "s", "dense", "raw")
+    with open_cached(range_server, "dense", tmp_path) as r:
+        # Fetched, then read from the cache into memory, then read from memory.
+        for _ in range(3):
+            check(r, "dense", want, np.arange(10))
+        fetched, from_cache = r.traffic()
+        range_server.reset_counts()
+        steps = [np.arange(10), np.arange(10)[::-1].copy(), np.array([*range(10), N - 1])]
+        steps += [np.array([N - 1, 0]), np.arange(5)]
+        begun = [r._begin(p, None) for p in steps]
+        for p, b in zip(steps, begun, strict=True):
+            np.testing.assert_array_equal(host(b()), want[p])
+        gets = data_gets(range_server)
+        assert len(gets) == 1
+        first, last = gets[0][1].removeprefix("bytes=").split("-")
+        block = int(last) - int(first) + 1
+        # The records read from memory or the cache, 10 + 10 + 10 + 2 + 5, and
+        # the one block fetched, for record N - 1.
+        assert r.traffic() == (fetched + block, from_cache + 37 * RECORD)

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -58,6 +59,10 @@ struct Shared {
     cache: Option<Arc<Cache>>,
     /// What the Loader reads ahead of its gathers.
     ahead: Arc<Ahead>,
+    /// Whether the last gather begun found every block it needed in memory:
+    /// the next is looked up on the background gather thread, not the
+    /// caller's ([`warm::begin_behind`]).
+    warm_streak: AtomicBool,
 }
 
 /// Everything a fetch needs, owned, so that it can run on the runtime while the
@@ -110,6 +115,7 @@ impl RemoteStore {
             sizes: meta.info().header().shard_sizes.as_slice().into(),
             meta,
             cache,
+            warm_streak: AtomicBool::new(false),
         })))
     }
 
@@ -369,11 +375,15 @@ impl RecordSource for RemoteStore {
     }
 
     fn begin(self: Arc<Self>, idx: Vec<u64>, allocator: Allocator) -> Result<Box<dyn Begun>> {
+        if self.0.warm_streak.load(Ordering::Relaxed) {
+            return warm::begin_behind(self, idx, allocator);
+        }
         let pending = RemoteStore::begin(&self, &idx)?;
         if pending.is_here() {
             // Only the decode is left: it runs on the background gather thread,
             // behind the gathers begun before it, as a local store's gather does,
             // so that a caller begins the next steps meanwhile.
+            self.0.warm_streak.store(true, Ordering::Relaxed);
             let n = pending.len();
             return background::begin(n, Box::new(move || pending.finish(&allocator)));
         }

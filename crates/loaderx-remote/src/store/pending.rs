@@ -64,7 +64,7 @@ impl Pending {
     }
 
     /// Whether finishing the gather would not wait for its bytes.
-    fn is_ready(&self) -> bool {
+    pub(super) fn is_ready(&self) -> bool {
         match &self.bytes {
             Arrival::Fetching(task) => task.is_finished(),
             Arrival::Here(_) | Arrival::Taken => true,

@@ -5,16 +5,20 @@
 //! gather the usual way, unchanged.
 
 use std::ops::Range;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use bytes::Bytes;
-use loaderx_gather::Result;
+use loaderx_gather::{background, Allocator, Begun, Error, Records, Result};
 use rustc_hash::{FxHashMap, FxHashSet};
 use zrecord::{data_file, PayloadSource};
 
-use super::pending::{Fetched, Payload};
+use super::pending::{Arrival, Fetched, Payload, Pending};
 use super::{block_len, RemoteStore};
 use crate::fetch::BlockKey;
 use crate::index::INDEX_KEY;
+use crate::runtime::pid;
 
 /// Raw records at least this long are copied from their blocks straight into
 /// their output, piece by piece where they cross a block boundary; shorter ones
@@ -201,5 +205,83 @@ impl RemoteStore {
             payload: Payload::Resident(resident),
             cached: keys,
         }))
+    }
+}
+
+/// Begins a gather of `idx` on the background gather thread, lookups and all,
+/// where the gather before it found its blocks in memory: the caller only
+/// queues it, as it queues a local store's. If its blocks are no longer all in
+/// memory when its turn comes, the thread begins it the usual way (its
+/// requests sent, not waited for) and the caller's finish waits for them, so
+/// that a miss never holds up the gathers queued behind it.
+pub(super) fn begin_behind(
+    store: Arc<RemoteStore>,
+    idx: Vec<u64>,
+    allocator: Allocator,
+) -> Result<Box<dyn Begun>> {
+    let missed: Arc<Mutex<Option<Pending>>> = Arc::default();
+    let (len, to) = (idx.len(), missed.clone());
+    let work = {
+        let allocator = allocator.clone();
+        move || match store.warm_fetched(&idx)? {
+            Some(fetched) => Pending {
+                store: (*store).clone(),
+                idx,
+                pid: pid(),
+                bytes: Arrival::Here(fetched),
+            }
+            .finish(&allocator),
+            None => {
+                store.0.warm_streak.store(false, Ordering::Relaxed);
+                *lock(&to) = Some(RemoteStore::begin(&store, &idx)?);
+                Err(Error::internal("begun again, not in memory"))
+            }
+        }
+    };
+    Ok(Box::new(Behind {
+        ahead: background::begin(len, Box::new(work))?,
+        missed,
+        allocator,
+    }))
+}
+
+fn lock(m: &Mutex<Option<Pending>>) -> MutexGuard<'_, Option<Pending>> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A gather queued by [`begin_behind`], and the gather its background work
+/// began the usual way if its blocks had left memory.
+struct Behind {
+    ahead: Box<dyn Begun>,
+    missed: Arc<Mutex<Option<Pending>>>,
+    allocator: Allocator,
+}
+
+impl Begun for Behind {
+    fn len(&self) -> usize {
+        self.ahead.len()
+    }
+
+    fn cancel(&self) {
+        self.ahead.cancel();
+        if let Some(p) = &*lock(&self.missed) {
+            p.canceller().cancel();
+        }
+    }
+
+    fn is_ready(&self) -> bool {
+        self.ahead.is_ready() && lock(&self.missed).as_ref().is_none_or(Pending::is_ready)
+    }
+
+    fn work_time(&self) -> Option<Duration> {
+        self.ahead.work_time()
+    }
+
+    fn finish(&self) -> Result<Records> {
+        let done = self.ahead.finish();
+        match lock(&self.missed).take() {
+            Some(p) => p.finish(&self.allocator),
+            None => done,
+        }
     }
 }
