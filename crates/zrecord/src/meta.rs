@@ -193,6 +193,9 @@ pub(crate) fn check_endian() -> Result<()> {
     Ok(())
 }
 
+/// Entries a held read finds before it decodes them ([`Metadata::held_entries`]).
+const HELD_RUN: usize = 32;
+
 impl<I: IndexSource> Metadata<I> {
     /// Opens a store whose files the caller read itself (from object storage,
     /// say): `header` is the bytes of `header.bin`, `parts` the index and the
@@ -634,14 +637,23 @@ impl<I: IndexSource> Metadata<I> {
     pub fn held_entries(&self, idx: &[u64]) -> Result<Option<Vec<Entry>>> {
         self.check_positions(idx)?;
         let mut entries = Vec::with_capacity(idx.len());
-        for (k, &p) in idx.iter().enumerate() {
-            if let Some(&q) = idx.get(k + PREFETCH_AHEAD) {
-                self.prefetch_entry(q);
+        // Each entry found once (a lookup in the held blocks) and its line
+        // asked of the CPU, a run at a time, then the run decoded: by then most
+        // of its lines have arrived.
+        let mut raws: Vec<&[u8]> = Vec::with_capacity(HELD_RUN);
+        for run in idx.chunks(HELD_RUN) {
+            raws.clear();
+            for &p in run {
+                let Some(raw) = self.held_entry_bytes(p) else {
+                    return Ok(None);
+                };
+                let raw = raw?;
+                prefetch(raw.as_ptr());
+                raws.push(raw);
             }
-            let Some(raw) = self.held_entry_bytes(p) else {
-                return Ok(None);
-            };
-            entries.push(self.check_entry(p, raw?)?.0);
+            for (&p, raw) in run.iter().zip(&raws) {
+                entries.push(self.check_entry(p, raw)?.0);
+            }
         }
         Ok(Some(entries))
     }
