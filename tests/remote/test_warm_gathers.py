@@ -17,6 +17,12 @@ def data_gets(server):
     return [(p, rng) for m, p, rng in server.log() if m == "GET" and "/data-" in p]
 
 
+def range_bytes(rng):
+    """How many bytes a request's ``bytes=first-last`` range asks for."""
+    first, last = rng.removeprefix("bytes=").split("-")
+    return int(last) - int(first) + 1
+
+
 def open_cached(server, kind, tmp_path):
     cache = Cache(tmp_path / "cache", max_bytes=1 << 30, block_bytes=4096)
     return opener(kind)(server.url + "/s", storage_options=HTTP_STORAGE_OPTIONS, cache=cache)
@@ -61,8 +67,7 @@ def test_a_gather_missing_one_block_fetches_that_block_alone(tmp_path, range_ser
         check(r, "dense", want, positions)
         gets = data_gets(range_server)
         assert len(gets) == 1
-        first, last = gets[0][1].removeprefix("bytes=").split("-")
-        block = int(last) - int(first) + 1
+        block = range_bytes(gets[0][1])
         assert r.traffic() == (fetched + block, from_cache + 10 * RECORD)
         range_server.reset_counts()
         check(r, "dense", want, positions)
@@ -110,8 +115,7 @@ def test_a_gather_begun_after_a_warm_one_fetches_what_memory_lacks(tmp_path, ran
             np.testing.assert_array_equal(host(b()), want[p])
         gets = data_gets(range_server)
         assert len(gets) == 1
-        first, last = gets[0][1].removeprefix("bytes=").split("-")
-        block = int(last) - int(first) + 1
+        block = range_bytes(gets[0][1])
         # The records read from memory or the cache, 10 + 10 + 10 + 2 + 5, and
         # the one block fetched, for record N - 1.
         assert r.traffic() == (fetched + block, from_cache + 37 * RECORD)

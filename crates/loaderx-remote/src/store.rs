@@ -215,14 +215,25 @@ impl RemoteStore {
     /// other gather begun and not finished. A gather whose blocks this process
     /// holds in memory is read here, before it returns.
     pub fn begin(&self, idx: &[u64]) -> Result<Pending> {
-        if let Some(fetched) = self.warm_fetched(idx)? {
-            return Ok(Pending {
-                store: self.clone(),
-                idx: idx.to_vec(),
-                pid: pid(),
-                bytes: Arrival::Here(fetched),
-            });
+        match self.warm_fetched(idx)? {
+            Some(fetched) => Ok(self.here(idx.to_vec(), fetched)),
+            None => self.fetching(idx),
         }
+    }
+
+    /// A gather of `idx` whose stored bytes, `fetched`, were all in memory.
+    fn here(&self, idx: Vec<u64>, fetched: Fetched) -> Pending {
+        Pending {
+            store: self.clone(),
+            idx,
+            pid: pid(),
+            bytes: Arrival::Here(fetched),
+        }
+    }
+
+    /// [`RemoteStore::begin`] for a gather whose blocks are not all in memory:
+    /// its requests sent, not waited for.
+    fn fetching(&self, idx: &[u64]) -> Result<Pending> {
         // Positions are checked here, before anything is fetched.
         let blocks = self.0.meta.index_blocks(idx)?;
         let needed = self.on_demand().then_some(blocks);

@@ -14,11 +14,10 @@ use loaderx_gather::{background, Allocator, Begun, Error, Records, Result};
 use rustc_hash::{FxHashMap, FxHashSet};
 use zrecord::{data_file, PayloadSource};
 
-use super::pending::{Arrival, Fetched, Payload, Pending};
+use super::pending::{Fetched, Payload, Pending};
 use super::{block_len, RemoteStore};
 use crate::fetch::BlockKey;
 use crate::index::INDEX_KEY;
-use crate::runtime::pid;
 
 /// Raw records at least this long are copied from their blocks straight into
 /// their output, piece by piece where they cross a block boundary; shorter ones
@@ -224,16 +223,11 @@ pub(super) fn begin_behind(
     let work = {
         let allocator = allocator.clone();
         move || match store.warm_fetched(&idx)? {
-            Some(fetched) => Pending {
-                store: (*store).clone(),
-                idx,
-                pid: pid(),
-                bytes: Arrival::Here(fetched),
-            }
-            .finish(&allocator),
+            Some(fetched) => store.here(idx, fetched).finish(&allocator),
             None => {
                 store.0.warm_streak.store(false, Ordering::Relaxed);
-                *lock(&to) = Some(RemoteStore::begin(&store, &idx)?);
+                *lock(&to) = Some(store.fetching(&idx)?);
+                // Never seen: the caller's finish takes the gather just begun.
                 Err(Error::internal("begun again, not in memory"))
             }
         }
