@@ -270,3 +270,31 @@ def test_a_block_a_gather_fetched_while_a_warm_waited_is_not_fetched_again(
         assert proxy.block_gets("/s/data-000.bin", BLOCK).get(block) == 1
         quiet(proxy)
         assert proxy.block_gets("/s/data-000.bin", BLOCK).get(block) == 1
+
+
+def test_over_a_cache_that_holds_every_block_steps_ahead_are_jumped_not_drawn(
+    tmp_path, range_server, dense
+):
+    """Once warms find every block held, the Loader's copy of the sampler seeks
+    past the steps the store says need no warm, instead of drawing each and
+    asking the store about it; the values are unchanged."""
+    sampler = WindowedSampler(open_remote(range_server.url + "/s", tmp_path / "c"), BATCH, seed=2)
+    steps = 8 * RECORDS // BATCH
+    fill = open_remote(range_server.url + "/s", tmp_path / "c")
+    fill[np.arange(RECORDS, dtype=np.uint64)]
+    reader = open_remote(range_server.url + "/s", tmp_path / "c")
+    calls = 0
+    warm = reader._warm
+
+    def counted(positions):
+        nonlocal calls
+        calls += 1
+        return warm(positions)
+
+    reader._warm = counted
+    check = copy.deepcopy(sampler)
+    with Loader({"x": [reader]}, sampler, workers=1) as ld:
+        for _ in range(steps):
+            np.testing.assert_array_equal(np.from_dlpack(next(ld)[0]["x"]), dense[check.next()])
+    # Steps read ahead: every step but the jumped ones would be asked about.
+    assert 0 < calls < steps // 4

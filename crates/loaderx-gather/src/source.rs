@@ -72,11 +72,13 @@ pub trait RecordSource: Send + Sync + 'static {
 
     /// Begins fetching, in the background, what a gather of `idx` soon will
     /// need, without waiting and without changing what any gather returns.
-    /// `false` says the source holds as much fetched ahead as it may, and did
-    /// nothing (the caller tries again later); `true` that it began, or had
-    /// nothing to do, as a local store never has.
-    fn warm(&self, _idx: &[u64]) -> Result<bool> {
-        Ok(true)
+    /// Returns how many steps the call covers, this one first: 0 says the
+    /// source did nothing now (it holds as much fetched ahead as it may; the
+    /// caller tries again later), 1 that it began or had nothing to do (as a
+    /// local store never has), and `n > 1` that the caller need not warm the
+    /// next `n - 1` steps either (the source found everything held lately).
+    fn warm(&self, _idx: &[u64]) -> Result<u64> {
+        Ok(1)
     }
 
     /// Stops what [`RecordSource::warm`] began and forgets what it fetched

@@ -331,10 +331,13 @@ impl PyStore {
     /// Begins fetching, in the background, what a gather of the records at
     /// `idx` will need (a remote store's index and data blocks, into memory and
     /// its cache), and returns at once; what any gather returns is unchanged.
-    /// False when the blocks fetched ahead and not yet used fill the store's
-    /// `read_ahead_bytes` and nothing was begun; true otherwise, and always
-    /// for a local store, which has nothing to fetch.
-    fn warm(&self, py: Python<'_>, idx: &Bound<'_, PyAny>) -> PyResult<bool> {
+    /// Returns how many steps the call covers, this one first: 0 when nothing
+    /// was begun (the blocks fetched ahead and not yet used fill the store's
+    /// `read_ahead_bytes`, or enough warms run) and the caller asks again
+    /// later; 1 when it began, and always for a local store, which has
+    /// nothing to fetch; `n > 1` when the warms before found everything held,
+    /// so the next `n - 1` steps need no warm either.
+    fn warm(&self, py: Python<'_>, idx: &Bound<'_, PyAny>) -> PyResult<u64> {
         let idx = positions(idx, self.info().len())?;
         py.detach(|| self.source.warm(&idx)).py_err()
     }

@@ -410,7 +410,7 @@ impl RecordSource for RemoteStore {
         RemoteStore::verify_files(self)
     }
 
-    fn warm(&self, idx: &[u64]) -> Result<bool> {
+    fn warm(&self, idx: &[u64]) -> Result<u64> {
         RemoteStore::warm(self, idx)
     }
 

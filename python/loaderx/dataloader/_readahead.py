@@ -62,6 +62,8 @@ class ReadAhead:
         # The step drawn last and the warms of it the stores refused (their
         # budget was full), tried again at the next call.
         self.todo: list[tuple[StoreReader[Any], Positions]] | None = None
+        # The fewest steps the warms of that step covered, over its stores.
+        self.covered: int | None = None
 
     def before_first_draw(self, step: int) -> None:
         """Copies the sampler as it stands before the Loader draws `step`, its
@@ -87,19 +89,36 @@ class ReadAhead:
                 # Begun (or being begun) without read-ahead: skip to the first
                 # that is not.
                 self.todo = None
-                while self.drawn < begun:
-                    peek.next()
-                    self.drawn += 1
+                self.skip_to(peek, begun)
             while self.todo is not None or self.drawn < begun + STEPS:
                 if self.todo is None:
                     self.todo = self.positions(peek)
                     self.drawn += 1
-                self.todo = [(r, p) for r, p in self.todo if not r._warm(p)]  # pyright: ignore[reportPrivateUsage]
-                if self.todo:
+                    self.covered = None
+                refused: list[tuple[StoreReader[Any], Positions]] = []
+                for r, p in self.todo:
+                    n = r._warm(p)  # pyright: ignore[reportPrivateUsage]
+                    if n == 0:
+                        refused.append((r, p))
+                    else:
+                        self.covered = n if self.covered is None else min(self.covered, n)
+                if refused:
+                    self.todo = refused
                     return
                 self.todo = None
+                if self.covered is not None and self.covered > 1:
+                    # Every store found the steps before held: the next ones
+                    # are not drawn, only jumped over.
+                    self.skip_to(peek, self.drawn + self.covered - 1)
         except Exception:  # noqa: BLE001 - the step itself raises when it is begun
             self.stop()
+
+    def skip_to(self, peek: IndexSampler, step: int) -> None:
+        """Moves the copy on to draw `step` next, by a seek (the copy is of a
+        sampler that seeks) where that is past the step it draws next."""
+        if step > self.drawn:
+            cast("SeekableSampler", peek).seek(step)
+            self.drawn = step
 
     def positions(self, peek: IndexSampler) -> list[tuple[StoreReader[Any], Positions]]:
         """The next step of the copy: each remote reader with its binding's

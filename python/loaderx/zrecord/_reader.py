@@ -404,12 +404,15 @@ class StoreReader(ABC, Generic[_BatchT]):
         store = self._store()
         return _Fetching(self, store, store.begin(positions, self._native_allocator()), tally)
 
-    def _warm(self, positions: Positions) -> bool:
+    def _warm(self, positions: Positions) -> int:
         """Begins fetching, in the background, the blocks a gather of
         `positions` will need (into memory and the block cache), and returns
-        at once; no gather's values change. False when the store's blocks
-        fetched ahead and not yet used fill its ``read_ahead_bytes`` and
-        nothing was begun. The Loader calls it for the steps beyond those it
+        at once; no gather's values change. Returns how many steps the call
+        covers, this one first: 0 when nothing was begun (the store's blocks
+        fetched ahead and not yet used fill its ``read_ahead_bytes``, or
+        enough warms run) and the caller asks again later; ``n > 1`` when the
+        warms before found every block held, so that the next ``n - 1`` steps
+        need no warm either. The Loader calls it for the steps beyond those it
         has begun."""
         return self._store().warm(positions)
 

@@ -54,15 +54,53 @@ struct State {
     /// next one waits for it.
     last: Option<oneshot::Receiver<()>>,
     /// Warms in a row that found every block held already, up to
-    /// [`MOST_IDLE`]; the next `2^idle - 1` warms are skipped, so that a pass
-    /// over a cache that holds it costs next to nothing.
+    /// [`MOST_IDLE`]: a warm then covers `2^idle` steps, the one it warms and
+    /// those after it, so that a pass over a cache that holds it costs next
+    /// to nothing.
     idle: u32,
-    skip: u64,
+    /// Warms begun and not ended.
+    running: usize,
 }
 
 /// After this many warms in a row found nothing to fetch, one warm in
 /// `2^MOST_IDLE` is begun: about one per step the Loader reads ahead.
 const MOST_IDLE: u32 = 6;
+
+/// Most warms running at once. Steps of one window share most of their
+/// blocks, so the first few warms of a window reserve nearly all it needs and
+/// the rest find them reserved; without a bound, a Loader starting over a
+/// cache that holds its blocks began one warm per step read ahead (512), all
+/// finding nothing, on the cores its first steps needed.
+const MOST_RUNNING: usize = 32;
+
+/// What a call of [`RemoteStore::warm`] does, decided under the state's lock.
+#[derive(Debug, PartialEq, Eq)]
+enum Turn {
+    /// Nothing now: the budget is full, or enough warms run already. The
+    /// caller asks again later.
+    Refuse,
+    /// Nothing for this step and the next `n - 1`: the warms before found
+    /// everything held, and one that will tell whether that still holds is
+    /// running.
+    Skip(u64),
+    /// Begin a warm of this step, which covers the next `n - 1` too.
+    Begin(u64),
+}
+
+impl State {
+    fn turn(&self, budget: u64) -> Turn {
+        let covers = 1u64 << self.idle;
+        if self.bytes >= budget {
+            Turn::Refuse
+        } else if self.idle > 0 && self.running > 0 {
+            Turn::Skip(covers)
+        } else if self.running >= MOST_RUNNING {
+            Turn::Refuse
+        } else {
+            Turn::Begin(covers)
+        }
+    }
+}
 
 impl Ahead {
     pub fn new(budget: u64, data: bool) -> Ahead {
@@ -140,7 +178,14 @@ impl Ahead {
     fn found(&self, work: bool) {
         let mut s = self.state();
         s.idle = if work { 0 } else { (s.idle + 1).min(MOST_IDLE) };
-        s.skip = (1u64 << s.idle) - 1;
+    }
+
+    /// Notes that a warm of `generation` has ended, however it ended.
+    fn ended(&self, generation: u64) {
+        let mut s = self.state();
+        if s.generation == generation {
+            s.running = s.running.saturating_sub(1);
+        }
     }
 
     /// Frees the budget of the blocks of `keys` a gather used.
@@ -159,6 +204,7 @@ impl Ahead {
         s.held.clear();
         s.bytes = 0;
         s.last = None;
+        s.running = 0;
         s.generation += 1;
     }
 }
@@ -189,33 +235,46 @@ impl RemoteStore {
     /// Begins fetching, in the background, the index blocks and (with a cache)
     /// the data blocks the records at `idx` lie in, and returns at once. Only
     /// blocks neither memory nor the cache holds are fetched, and only while
-    /// the blocks fetched ahead and not yet used fit the budget: `false` says
-    /// they fill it and nothing was begun. Positions that are not the store's
-    /// are left for the gather to refuse. Whatever fails is dropped: the
-    /// gather that needs the block fetches it, and reports the failure.
-    pub fn warm(&self, idx: &[u64]) -> Result<bool> {
+    /// the blocks fetched ahead and not yet used fit the budget. Returns how
+    /// many steps the call covers, this one first: 0 says nothing was begun
+    /// (the budget is full, or enough warms run) and the caller asks again
+    /// later; `n > 1` that the warms before found everything held, so the
+    /// caller need not warm the next `n - 1` steps either. Positions that are
+    /// not the store's are left for the gather to refuse. Whatever fails is
+    /// dropped: the gather that needs the block fetches it, and reports the
+    /// failure.
+    pub fn warm(&self, idx: &[u64]) -> Result<u64> {
         let ahead = &self.0.ahead;
-        let meta = &self.0.meta;
         let on_demand = self.on_demand();
         if ahead.budget == 0 || (!on_demand && !ahead.data) {
-            return Ok(true);
+            return Ok(1);
         }
-        let mut s = ahead.state();
-        if s.bytes >= ahead.budget {
-            return Ok(false);
-        }
-        if s.skip > 0 {
-            // The warms before found everything held: this step most likely too.
-            s.skip -= 1;
-            return Ok(true);
-        }
-        let generation = s.generation;
-        drop(s);
+        let (generation, covers) = {
+            let s = ahead.state();
+            match s.turn(ahead.budget) {
+                Turn::Refuse => return Ok(0),
+                Turn::Skip(n) => return Ok(n),
+                Turn::Begin(n) => (s.generation, n),
+            }
+        };
+        Ok(if self.begin_warm(generation, idx)? {
+            covers
+        } else {
+            0
+        })
+    }
+
+    /// Begins the warm of `idx` that [`Ahead`] allowed; `false` if its index
+    /// blocks do not fit the budget and nothing was begun.
+    fn begin_warm(&self, generation: u64, idx: &[u64]) -> Result<bool> {
+        let ahead = &self.0.ahead;
+        let meta = &self.0.meta;
         let Ok(blocks) = meta.index_blocks(idx) else {
+            // Nothing to warm: the gather refuses these positions.
             return Ok(true);
         };
         let mut not_in_memory = Vec::new();
-        let needed = if on_demand {
+        let needed = if self.on_demand() {
             let missing = blocks
                 .iter()
                 .filter(|&&b| !self.0.index.contains(b))
@@ -236,16 +295,20 @@ impl RemoteStore {
         let source = self.source()?;
         let (store, ids) = (self.clone(), idx.to_vec());
         let (mine, next) = oneshot::channel::<()>();
-        let mut s = ahead.state();
-        let prev = s.last.replace(next);
-        drop(s);
+        let prev = {
+            let mut s = ahead.state();
+            s.running += 1;
+            s.last.replace(next)
+        };
         let task = spawn(async move {
             // Failures are the gather's to report: it fetches what this did not.
             let _ = store
                 .warm_task(source, generation, (needed, not_in_memory), ids, prev, mine)
                 .await;
+            store.0.ahead.ended(generation);
             Ok(())
-        })?;
+        })
+        .inspect_err(|_| ahead.ended(generation))?;
         let mut s = ahead.state();
         s.tasks.retain(|t| !t.is_finished());
         if s.generation == generation {
@@ -416,20 +479,44 @@ mod tests {
     }
 
     #[test]
-    fn warms_that_find_nothing_to_fetch_space_out_the_next_ones() {
+    fn warms_that_found_nothing_cover_more_steps_and_let_one_run_at_a_time() {
         let ahead = Ahead::new(10, true);
-        let skip = |a: &Ahead| a.state().skip;
+        let turn = |a: &Ahead| a.state().turn(10);
+        let run = |a: &Ahead| a.state().running += 1;
+        // Warms begin, a step each, until MOST_RUNNING run; the next step is
+        // refused, to be asked again, not skipped.
+        for _ in 0..MOST_RUNNING {
+            assert_eq!(turn(&ahead), Turn::Begin(1));
+            run(&ahead);
+        }
+        assert_eq!(turn(&ahead), Turn::Refuse);
+        ahead.ended(0);
+        assert_eq!(turn(&ahead), Turn::Begin(1));
+        // Once one found everything held, a running warm covers the steps
+        // until it tells; the next begun covers as many.
         ahead.found(false);
-        assert_eq!(skip(&ahead), 1);
-        ahead.found(false);
-        assert_eq!(skip(&ahead), 3);
+        assert_eq!(turn(&ahead), Turn::Skip(2));
+        for _ in 0..MOST_RUNNING - 1 {
+            ahead.ended(0);
+        }
+        assert_eq!(turn(&ahead), Turn::Begin(2));
         for _ in 0..10 {
             ahead.found(false);
         }
-        assert_eq!(skip(&ahead), (1 << MOST_IDLE) - 1);
+        assert_eq!(turn(&ahead), Turn::Begin(1 << MOST_IDLE));
         // One warm that finds work warms every step again.
         ahead.found(true);
-        assert_eq!((skip(&ahead), ahead.state().idle), (0, 0));
+        run(&ahead);
+        assert_eq!(turn(&ahead), Turn::Begin(1));
+        // A cancel forgets the running warms; one of before it ending counts
+        // nothing.
+        ahead.cancel();
+        assert_eq!(ahead.state().running, 0);
+        run(&ahead);
+        ahead.ended(0);
+        assert_eq!(ahead.state().running, 1);
+        // A full budget refuses before anything else.
+        assert_eq!(ahead.state().turn(0), Turn::Refuse);
     }
 
     #[test]
