@@ -148,7 +148,9 @@ impl RemoteStore {
         {
             let id = s.meta.info().header().checksum;
             let mut kept = cache.kept_blocks(id);
-            let mut name = (usize::MAX, String::new());
+            // Named once per gather: records of a store's data files come in
+            // no order, and a name formatted per block cost more than its lookup.
+            let mut names: Vec<Option<String>> = vec![None; s.sizes.len()];
             for e in &entries {
                 let (file, start) = (e.file as usize, e.offset);
                 let end = start + u64::from(e.stored_len);
@@ -160,11 +162,12 @@ impl RemoteStore {
                     if resident.blocks.contains_key(&(file, b)) {
                         continue;
                     }
-                    if name.0 != file {
-                        name = (file, data_file(file));
-                    }
+                    let Some(name) = names.get_mut(file) else {
+                        return Ok(None);
+                    };
+                    let name = name.get_or_insert_with(|| data_file(file));
                     let len = block_len(&s.sizes, bs, file, b);
-                    let Some(whole) = kept.block(&name.1, b, len) else {
+                    let Some(whole) = kept.block(name, b, len) else {
                         return Ok(None);
                     };
                     resident.blocks.insert((file, b), whole);
