@@ -119,3 +119,50 @@ def test_a_gather_begun_after_a_warm_one_fetches_what_memory_lacks(tmp_path, ran
         # The records read from memory or the cache, 10 + 10 + 10 + 2 + 5, and
         # the one block fetched, for record N - 1.
         assert r.traffic() == (fetched + block, from_cache + 37 * RECORD)
+
+
+def test_large_records_are_read_from_the_cache_files_into_their_output(tmp_path, range_server):
+    """Large raw records whose blocks this process does not keep in memory (a
+    new process over a warm cache) are read from the cache's block files
+    straight into the output: the local store's values, nothing asked of the
+    server, every byte counted as from the cache; a block file truncated
+    meanwhile is fetched again, the values unchanged."""
+    record = 40_000  # > 32 KiB: read into the output; blocks of 64 KiB, so most cross
+    rng = np.random.default_rng(11)
+    values = rng.integers(0, 256, (48, record), dtype=np.uint8)
+    with Dense.create(tmp_path / "s", np.uint8, (record,), codec="raw", data_shards=2) as w:
+        w.append(values)
+
+    def reader():
+        cache = Cache(tmp_path / "cache", max_bytes=1 << 30, block_bytes=64 << 10)
+        return Dense.open(
+            range_server.url + "/s", storage_options=HTTP_STORAGE_OPTIONS, cache=cache
+        )
+
+    with reader() as r:
+        np.testing.assert_array_equal(host(r[np.arange(48)]), values)
+    picks = [np.array(p, np.uint64) for p in ([5, 0, 47, 5, 20], [46, 1, 2, 3], np.arange(48))]
+    with reader() as r:
+        range_server.reset_counts()
+        before = r.traffic()
+        for p in picks:
+            np.testing.assert_array_equal(host(r[p]), values[p.astype(np.int64)])
+        assert data_gets(range_server) == []
+        after = r.traffic()
+        unique = sum(len(set(p.tolist())) for p in picks)
+        assert after.fetched - before.fetched == 0
+        # Every record's bytes once per gather, and the index blocks once.
+        index = (tmp_path / "s" / "index.bin").stat().st_size
+        assert after.from_cache - before.from_cache == unique * record + index
+    blocks = sorted(
+        p
+        for p in (tmp_path / "cache").rglob("*")
+        if p.is_file() and p.name.isdigit() and "data-" in str(p)
+    )
+    assert blocks
+    with reader() as r:
+        for k, p in enumerate(blocks):
+            with open(p, "r+b") as f:
+                f.truncate(0 if k % 2 else p.stat().st_size // 2)
+        np.testing.assert_array_equal(host(r[np.arange(48)]), values)
+        assert data_gets(range_server) != []

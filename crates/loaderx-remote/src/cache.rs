@@ -524,6 +524,20 @@ impl Cache {
         Some(f)
     }
 
+    /// The file of block `block` of `file` (`len` bytes), opened, with its
+    /// path, if the cache holds it: for records read from it straight into
+    /// their output. Its time is refreshed as a read's is.
+    pub(crate) fn open_held(
+        &self,
+        store: u64,
+        file: &str,
+        block: u64,
+        len: u64,
+    ) -> Option<(fs::File, PathBuf)> {
+        let path = self.block_path(store, file, block);
+        Some((self.open_block(&path, len)?, path))
+    }
+
     /// Block `block` of `file` whole (`len` bytes) from its file, not kept in
     /// this cache's memory: for blocks another memory keeps (the index's), which
     /// would only take the room of data blocks here.

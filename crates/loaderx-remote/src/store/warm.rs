@@ -4,7 +4,10 @@
 //! task, no blocking thread, and one lock per map. Anything missing sends the
 //! gather the usual way, unchanged.
 
+use std::fs::File;
 use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -25,11 +28,22 @@ use crate::index::INDEX_KEY;
 /// and are prefetched while the records before them are copied.
 const READ_INTO_MIN_BYTES: usize = 32 << 10;
 
-/// Whole data blocks held in memory, as the format crate asks for their bytes.
+/// A block a warm gather reads from.
+enum Held {
+    /// Kept whole in memory.
+    Kept(Bytes),
+    /// Its file in the cache, opened: only large raw records lie in it, and
+    /// they are read from it straight into their output, as a local store
+    /// reads them, where reading the whole block in first would copy it twice.
+    File(File, PathBuf),
+}
+
+/// Whole data blocks held in memory or in the cache's files, as the format
+/// crate asks for their bytes.
 pub(crate) struct Resident {
     bs: u64,
     /// The gather's blocks, by data file and number.
-    blocks: FxHashMap<BlockKey, Bytes>,
+    blocks: FxHashMap<BlockKey, Held>,
     /// The records that cross a block boundary and are not read into their
     /// output, joined, by data file and offset.
     joined: FxHashMap<(usize, u64), Box<[u8]>>,
@@ -38,7 +52,10 @@ pub(crate) struct Resident {
 impl Resident {
     #[inline]
     fn block(&self, file: usize, b: u64) -> Option<&Bytes> {
-        self.blocks.get(&(file, b))
+        match self.blocks.get(&(file, b))? {
+            Held::Kept(bytes) => Some(bytes),
+            Held::File(..) => None,
+        }
     }
 
     /// Bytes `range` of `file` from the blocks they lie in, joined if more than
@@ -49,24 +66,54 @@ impl Resident {
         Some(out.into_boxed_slice())
     }
 
-    /// Fills `dst` from `file` at `offset`, from each block in turn.
+    /// Fills `dst` from `file` at `offset`, from each block in turn; `None`
+    /// if a block is not held or is short.
     fn copy(&self, file: usize, offset: u64, dst: &mut [u8]) -> Option<()> {
+        self.copy_from(file, offset, dst).ok()
+    }
+
+    /// As [`Resident::copy`]; a block file that fails to read (truncated since
+    /// it was opened, say) is a damaged cache block, which the gather drops and
+    /// fetches again.
+    fn copy_from(&self, file: usize, offset: u64, dst: &mut [u8]) -> zrecord::Result<()> {
+        let not_held = || {
+            zrecord::Error::Internal(format!(
+                "the stored bytes at offset {offset} of data file {file} are not held"
+            ))
+        };
         let mut at = offset;
         let mut rest = dst;
         while !rest.is_empty() {
             let b = at / self.bs;
-            let from = usize::try_from(at - b * self.bs).ok()?;
-            let src = self.block(file, b)?.get(from..)?;
-            let n = src.len().min(rest.len());
-            if n == 0 {
-                return None;
-            }
-            let (head, tail) = std::mem::take(&mut rest).split_at_mut(n);
-            head.copy_from_slice(&src[..n]);
-            rest = tail;
+            let from = at - b * self.bs;
+            let n = match self.blocks.get(&(file, b)).ok_or_else(not_held)? {
+                Held::Kept(bytes) => {
+                    let src = usize::try_from(from)
+                        .ok()
+                        .and_then(|from| bytes.get(from..))
+                        .filter(|src| !src.is_empty())
+                        .ok_or_else(not_held)?;
+                    let n = src.len().min(rest.len());
+                    rest[..n].copy_from_slice(&src[..n]);
+                    n
+                }
+                Held::File(f, path) => {
+                    let n = usize::try_from(self.bs - from)
+                        .unwrap_or(usize::MAX)
+                        .min(rest.len());
+                    f.read_exact_at(&mut rest[..n], from)
+                        .map_err(|e| zrecord::Error::Corrupt {
+                            path: path.clone(),
+                            record: None,
+                            msg: format!("the cached block could not be read whole: {e}"),
+                        })?;
+                    n
+                }
+            };
+            rest = &mut std::mem::take(&mut rest)[n..];
             at += n as u64;
         }
-        Some(())
+        Ok(())
     }
 }
 
@@ -95,19 +142,17 @@ impl PayloadSource for Resident {
     }
 
     fn read_into(&self, file: usize, offset: u64, dst: &mut [u8]) -> zrecord::Result<()> {
-        self.copy(file, offset, dst).ok_or_else(|| {
-            zrecord::Error::Internal(format!(
-                "the stored bytes at offset {offset} of data file {file} are not held"
-            ))
-        })
+        self.copy_from(file, offset, dst)
     }
 }
 
 impl RemoteStore {
     /// The stored bytes of the records at `idx` if memory holds every block
-    /// they lie in, their index blocks too; `None` if any must come from the
-    /// cache's files or object storage. Positions are checked here. Counted as
-    /// read from the cache, as the same bytes are on the other way.
+    /// they lie in, their index blocks too, but for blocks of large raw
+    /// records only, which may be in the cache's files instead; `None` if any
+    /// must come from elsewhere (the cache's files through the usual way, or
+    /// object storage). Positions are checked here. Counted as read from the
+    /// cache, as the same bytes are on the other way.
     pub(super) fn warm_fetched(&self, idx: &[u64]) -> Result<Option<Fetched>> {
         let s = &self.0;
         let Some(cache) = &s.cache else {
@@ -144,6 +189,9 @@ impl RemoteStore {
         let mut records: FxHashSet<(usize, u64)> = FxHashSet::default();
         records.reserve(entries.len());
         let mut keys: Vec<BlockKey> = Vec::new();
+        // Blocks of large raw records that memory does not keep, with their
+        // lengths: opened from the cache's files once the lock is let go.
+        let mut to_open: Vec<(BlockKey, u64)> = Vec::new();
         let mut bytes = 0u64;
         {
             let id = s.meta.info().header().checksum;
@@ -158,6 +206,7 @@ impl RemoteStore {
                     continue;
                 }
                 bytes += end - start;
+                let read_into = raw && resident.reads_into(e.stored_len as usize);
                 for b in start / bs..=(end - 1) / bs {
                     if resident.blocks.contains_key(&(file, b)) {
                         continue;
@@ -167,13 +216,38 @@ impl RemoteStore {
                     };
                     let name = name.get_or_insert_with(|| data_file(file));
                     let len = block_len(&s.sizes, bs, file, b);
-                    let Some(whole) = kept.block(name, b, len) else {
-                        return Ok(None);
-                    };
-                    resident.blocks.insert((file, b), whole);
+                    match kept.block(name, b, len) {
+                        Some(whole) => {
+                            resident.blocks.insert((file, b), Held::Kept(whole));
+                        }
+                        None if read_into => to_open.push(((file, b), len)),
+                        None => return Ok(None),
+                    }
                     keys.push((file, b));
                 }
             }
+        }
+        let id = s.meta.info().header().checksum;
+        for ((file, b), len) in to_open {
+            if resident.blocks.contains_key(&(file, b)) {
+                continue;
+            }
+            // A small record of a block to be opened needs it in memory: the
+            // usual way reads it in.
+            let Some((f, path)) = cache.open_held(id, &data_file(file), b, len) else {
+                return Ok(None);
+            };
+            resident.blocks.insert((file, b), Held::File(f, path));
+        }
+        if resident
+            .blocks
+            .values()
+            .any(|h| matches!(h, Held::File(..)))
+            && entries
+                .iter()
+                .any(|e| !(raw && resident.reads_into(e.stored_len as usize)))
+        {
+            return Ok(None);
         }
         for e in &entries {
             let (file, start) = (e.file as usize, e.offset);
