@@ -227,18 +227,22 @@ impl RemoteStore {
                 }
             }
         }
+        if !to_open.is_empty() {
+            // Two large records may share a block memory does not keep.
+            to_open.sort_unstable();
+            to_open.dedup();
+            keys.sort_unstable();
+            keys.dedup();
+        }
         let id = s.meta.info().header().checksum;
         for ((file, b), len) in to_open {
-            if resident.blocks.contains_key(&(file, b)) {
-                continue;
-            }
-            // A small record of a block to be opened needs it in memory: the
-            // usual way reads it in.
             let Some((f, path)) = cache.open_held(id, &data_file(file), b, len) else {
                 return Ok(None);
             };
             resident.blocks.insert((file, b), Held::File(f, path));
         }
+        // A small record in a block left in its file needs the block in
+        // memory: the usual way reads it in.
         if resident
             .blocks
             .values()
