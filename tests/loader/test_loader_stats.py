@@ -441,7 +441,11 @@ def test_fast_steps_are_sampled_and_steps_and_bytes_stay_exact(tmp_path, kind, w
     assert 0.3 < st["input_bound"] <= 1.0
     assert st["wait"]["total_s"] <= st["elapsed_s"]
     gather = st["stages"]["gather"]
-    assert 0 < gather["p50_s"] <= gather["p95_s"] and gather["total_s"] < st["elapsed_s"]
+    assert 0 < gather["p50_s"] <= gather["p95_s"]
+    # The gather total is estimated from about one step in 64, each standing for
+    # 64: one measured step preempted on a busy machine moves it by 64 times its
+    # delay, so it is held to the scale of the steps, not below the elapsed time.
+    assert 0.5 * steps * gather["p50_s"] <= gather["total_s"] < 1.5 * st["elapsed_s"]
     assert st["queue"]["mean"] <= st["queue"]["capacity"]
 
 
