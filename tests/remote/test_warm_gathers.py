@@ -166,3 +166,26 @@ def test_large_records_are_read_from_the_cache_files_into_their_output(tmp_path,
                 f.truncate(0 if k % 2 else p.stat().st_size // 2)
         np.testing.assert_array_equal(host(r[np.arange(48)]), values)
         assert data_gets(range_server) != []
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        100,  # not a power of two: blocks found by division
+        8,  # more blocks (4,500) than a gather's table holds: its blocks are hashed
+    ],
+)
+def test_warm_gathers_find_their_blocks_at_any_block_size(tmp_path, range_server, block):
+    want = write_store(tmp_path / "s", "dense", "raw")
+    local = Dense.open(tmp_path / "s")
+    cache = Cache(tmp_path / "cache", max_bytes=1 << 30, block_bytes=block)
+    with Dense.open(
+        range_server.url + "/s", storage_options=HTTP_STORAGE_OPTIONS, cache=cache
+    ) as r:
+        check(r, "dense", want, np.arange(N))  # fetched
+        check(r, "dense", want, np.arange(N))  # read from the cache, kept in memory
+        range_server.reset_counts()
+        # Records cross blocks (120 bytes each), the last block is short.
+        for positions in (POSITIONS, np.arange(N)[::-1].copy(), np.array([N - 1, 0, N - 1])):
+            np.testing.assert_array_equal(host(r[positions]), host(local[positions]))
+        assert data_gets(range_server) == []

@@ -57,6 +57,9 @@ struct Shared {
     /// The data files' sizes from the header, shared with every fetch.
     sizes: Arc<[u64]>,
     cache: Option<Arc<Cache>>,
+    /// The data files' blocks in the cache, numbered for the gathers whose
+    /// blocks are in memory; with the cache.
+    numbers: Option<Arc<warm::BlockNumbers>>,
     /// What the Loader reads ahead of its gathers.
     ahead: Arc<Ahead>,
     /// Whether the last gather begun found every block it needed in memory:
@@ -113,6 +116,12 @@ impl RemoteStore {
             opts,
             fetcher: Mutex::new((pid(), fetcher)),
             sizes: meta.info().header().shard_sizes.as_slice().into(),
+            numbers: cache.as_ref().map(|c| {
+                Arc::new(warm::BlockNumbers::new(
+                    &meta.info().header().shard_sizes,
+                    c.block_bytes(),
+                ))
+            }),
             meta,
             cache,
             warm_streak: AtomicBool::new(false),

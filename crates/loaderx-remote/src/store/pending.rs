@@ -95,7 +95,7 @@ impl Pending {
         let entries = &fetched.entries;
         let filled = match &fetched.payload {
             Payload::Spans(spans) => store.fill(view, idx, entries, spans, allocator),
-            Payload::Resident(blocks) => store.fill(view, idx, entries, blocks, allocator),
+            Payload::Resident(blocks) => store.fill(view, idx, entries, &**blocks, allocator),
         };
         match filled {
             Err(e)
@@ -226,5 +226,5 @@ pub(super) enum Payload {
     /// The ranges it fetched or read from the cache.
     Spans(Spans),
     /// Whole blocks this process held in memory when it began.
-    Resident(Resident),
+    Resident(Box<Resident>),
 }

@@ -38,21 +38,157 @@ enum Held {
     File(File, PathBuf),
 }
 
+/// Where offsets of a data file fall in blocks of the cache's size: a shift
+/// for a power of two (the default size), a division otherwise.
+#[derive(Clone, Copy)]
+struct BlockSize {
+    bytes: u64,
+    /// `bytes.trailing_zeros()` for a power of two, else `u32::MAX`.
+    shift: u32,
+}
+
+impl BlockSize {
+    fn new(bytes: u64) -> BlockSize {
+        let shift = match bytes.is_power_of_two() {
+            true => bytes.trailing_zeros(),
+            false => u32::MAX,
+        };
+        BlockSize { bytes, shift }
+    }
+
+    /// The block offset `at` lies in.
+    #[inline]
+    fn of(self, at: u64) -> u64 {
+        match self.shift {
+            u32::MAX => at / self.bytes,
+            s => at >> s,
+        }
+    }
+}
+
+/// Numbers the blocks of a store's data files in one sequence, each file's
+/// after the file before's, so that a gather finds its blocks by indexing a
+/// table rather than by hashing: it looks one up several times a record.
+pub(super) struct BlockNumbers {
+    size: BlockSize,
+    /// The number of each data file's first block, then the count of all.
+    first: Box<[u64]>,
+}
+
+impl BlockNumbers {
+    pub(super) fn new(sizes: &[u64], block_bytes: u64) -> BlockNumbers {
+        let mut first = Vec::with_capacity(sizes.len() + 1);
+        let mut n = 0u64;
+        for &size in sizes {
+            first.push(n);
+            n = n.saturating_add(size.div_ceil(block_bytes.max(1)));
+        }
+        first.push(n);
+        BlockNumbers {
+            size: BlockSize::new(block_bytes.max(1)),
+            first: first.into_boxed_slice(),
+        }
+    }
+
+    /// The number of the block of data file `file` that offset `at` lies in;
+    /// `None` for a file the store does not have.
+    #[inline]
+    fn of(&self, file: usize, at: u64) -> Option<u64> {
+        self.number(file, self.size.of(at))
+    }
+
+    /// The number of block `b` of data file `file`; `None` past the file's
+    /// blocks, so that no block stands for another file's.
+    #[inline]
+    fn number(&self, file: usize, b: u64) -> Option<u64> {
+        let (first, next) = (*self.first.get(file)?, *self.first.get(file + 1)?);
+        first.checked_add(b).filter(|&g| g < next)
+    }
+
+    fn count(&self) -> u64 {
+        self.first.last().copied().unwrap_or(0)
+    }
+}
+
+/// Most slots a gather's table of blocks has, indexed by block number: past
+/// that span (an IID gather over a store of more than this many blocks) its
+/// blocks are hashed.
+const MOST_SLOTS: u64 = 1 << 12;
+
 /// Whole data blocks held in memory or in the cache's files, as the format
 /// crate asks for their bytes.
 pub(crate) struct Resident {
-    bs: u64,
-    /// The gather's blocks, by data file and number.
-    blocks: FxHashMap<BlockKey, Held>,
+    numbers: Arc<BlockNumbers>,
+    /// The gather's blocks.
+    held: Vec<Held>,
+    /// `slots[g - lo]` is 1 + the place in `held` of block number `g`, 0 for
+    /// a block not held; empty where `hashed` finds them instead.
+    lo: u64,
+    slots: Vec<u32>,
+    hashed: FxHashMap<u64, u32>,
     /// The records that cross a block boundary and are not read into their
     /// output, joined, by data file and offset.
     joined: FxHashMap<(usize, u64), Box<[u8]>>,
 }
 
 impl Resident {
+    /// An empty set for blocks numbered `lo..=hi`.
+    fn new(numbers: Arc<BlockNumbers>, lo: u64, hi: u64) -> Resident {
+        let span = hi.saturating_sub(lo).saturating_add(1);
+        let slots = match span <= MOST_SLOTS {
+            true => vec![0; span as usize],
+            false => Vec::new(),
+        };
+        Resident {
+            numbers,
+            held: Vec::new(),
+            lo,
+            slots,
+            hashed: FxHashMap::default(),
+            joined: FxHashMap::default(),
+        }
+    }
+
+    #[inline]
+    fn find(&self, g: u64) -> Option<&Held> {
+        let at = match self.slots.is_empty() {
+            false => *self
+                .slots
+                .get(usize::try_from(g.checked_sub(self.lo)?).ok()?)?,
+            true => *self.hashed.get(&g)?,
+        };
+        self.held.get((at as usize).checked_sub(1)?)
+    }
+
+    fn contains(&self, g: u64) -> bool {
+        self.find(g).is_some()
+    }
+
+    fn insert(&mut self, g: u64, held: Held) {
+        self.held.push(held);
+        let at = self.held.len() as u32;
+        match self.slots.is_empty() {
+            false => {
+                if let Some(s) = g
+                    .checked_sub(self.lo)
+                    .and_then(|k| self.slots.get_mut(usize::try_from(k).ok()?))
+                {
+                    *s = at;
+                }
+            }
+            true => {
+                self.hashed.insert(g, at);
+            }
+        }
+    }
+
+    fn any_in_files(&self) -> bool {
+        self.held.iter().any(|h| matches!(h, Held::File(..)))
+    }
+
     #[inline]
     fn block(&self, file: usize, b: u64) -> Option<&Bytes> {
-        match self.blocks.get(&(file, b))? {
+        match self.find(self.numbers.number(file, b)?)? {
             Held::Kept(bytes) => Some(bytes),
             Held::File(..) => None,
         }
@@ -81,12 +217,14 @@ impl Resident {
                 "the stored bytes at offset {offset} of data file {file} are not held"
             ))
         };
+        let bs = self.numbers.size.bytes;
         let mut at = offset;
         let mut rest = dst;
         while !rest.is_empty() {
-            let b = at / self.bs;
-            let from = at - b * self.bs;
-            let n = match self.blocks.get(&(file, b)).ok_or_else(not_held)? {
+            let b = self.numbers.size.of(at);
+            let from = at - b * bs;
+            let g = self.numbers.of(file, at).ok_or_else(not_held)?;
+            let n = match self.find(g).ok_or_else(not_held)? {
                 Held::Kept(bytes) => {
                     let src = usize::try_from(from)
                         .ok()
@@ -98,7 +236,7 @@ impl Resident {
                     n
                 }
                 Held::File(f, path) => {
-                    let n = usize::try_from(self.bs - from)
+                    let n = usize::try_from(bs - from)
                         .unwrap_or(usize::MAX)
                         .min(rest.len());
                     f.read_exact_at(&mut rest[..n], from)
@@ -123,9 +261,10 @@ impl PayloadSource for Resident {
         if range.is_empty() {
             return Some(&[]);
         }
-        let b = range.start / self.bs;
-        if (range.end - 1) / self.bs == b {
-            let base = b * self.bs;
+        let size = self.numbers.size;
+        let b = size.of(range.start);
+        if size.of(range.end - 1) == b {
+            let base = b * size.bytes;
             let (lo, hi) = (
                 usize::try_from(range.start - base).ok()?,
                 usize::try_from(range.end - base).ok()?,
@@ -176,13 +315,31 @@ impl RemoteStore {
             },
             false => None,
         };
-        let bs = cache.block_bytes();
-        let raw = s.meta.info().schema().codec == zrecord::Codec::Raw;
-        let mut resident = Resident {
-            bs,
-            blocks: FxHashMap::default(),
-            joined: FxHashMap::default(),
+        let Some(numbers) = &s.numbers else {
+            return Ok(None);
         };
+        let size = numbers.size;
+        let raw = s.meta.info().schema().codec == zrecord::Codec::Raw;
+        // A table of slots for the whole store when it is small, else for the
+        // span of blocks this gather touches (hashed if that is wide).
+        let (lo, hi) = match numbers.count() <= MOST_SLOTS {
+            true => (0, numbers.count().saturating_sub(1)),
+            false => {
+                let (mut lo, mut hi) = (u64::MAX, 0);
+                for e in &entries {
+                    let end = e.offset + u64::from(e.stored_len);
+                    let (Some(first), Some(last)) = (
+                        numbers.of(e.file as usize, e.offset),
+                        numbers.of(e.file as usize, end.saturating_sub(1).max(e.offset)),
+                    ) else {
+                        return Ok(None);
+                    };
+                    (lo, hi) = (lo.min(first), hi.max(last));
+                }
+                (lo, hi)
+            }
+        };
+        let mut resident = Resident::new(numbers.clone(), lo, hi);
         // Each record's bytes once (a record asked for twice is read, and
         // counted, once), and each block once, in no order: hashing them costs
         // less than sorting them.
@@ -190,8 +347,9 @@ impl RemoteStore {
         records.reserve(entries.len());
         let mut keys: Vec<BlockKey> = Vec::new();
         // Blocks of large raw records that memory does not keep, with their
-        // lengths: opened from the cache's files once the lock is let go.
-        let mut to_open: Vec<(BlockKey, u64)> = Vec::new();
+        // numbers and lengths: opened from the cache's files once the lock is
+        // let go.
+        let mut to_open: Vec<(BlockKey, u64, u64)> = Vec::new();
         let mut bytes = 0u64;
         {
             let id = s.meta.info().header().checksum;
@@ -207,20 +365,21 @@ impl RemoteStore {
                 }
                 bytes += end - start;
                 let read_into = raw && resident.reads_into(e.stored_len as usize);
-                for b in start / bs..=(end - 1) / bs {
-                    if resident.blocks.contains_key(&(file, b)) {
+                for b in size.of(start)..=size.of(end - 1) {
+                    let Some(g) = numbers.number(file, b) else {
+                        return Ok(None);
+                    };
+                    if resident.contains(g) {
                         continue;
                     }
                     let Some(name) = names.get_mut(file) else {
                         return Ok(None);
                     };
                     let name = name.get_or_insert_with(|| data_file(file));
-                    let len = block_len(&s.sizes, bs, file, b);
+                    let len = block_len(&s.sizes, size.bytes, file, b);
                     match kept.block(name, b, len) {
-                        Some(whole) => {
-                            resident.blocks.insert((file, b), Held::Kept(whole));
-                        }
-                        None if read_into => to_open.push(((file, b), len)),
+                        Some(whole) => resident.insert(g, Held::Kept(whole)),
+                        None if read_into => to_open.push(((file, b), g, len)),
                         None => return Ok(None),
                     }
                     keys.push((file, b));
@@ -235,18 +394,15 @@ impl RemoteStore {
             keys.dedup();
         }
         let id = s.meta.info().header().checksum;
-        for ((file, b), len) in to_open {
+        for ((file, b), g, len) in to_open {
             let Some((f, path)) = cache.open_held(id, &data_file(file), b, len) else {
                 return Ok(None);
             };
-            resident.blocks.insert((file, b), Held::File(f, path));
+            resident.insert(g, Held::File(f, path));
         }
         // A small record in a block left in its file needs the block in
         // memory: the usual way reads it in.
-        if resident
-            .blocks
-            .values()
-            .any(|h| matches!(h, Held::File(..)))
+        if resident.any_in_files()
             && entries
                 .iter()
                 .any(|e| !(raw && resident.reads_into(e.stored_len as usize)))
@@ -256,7 +412,7 @@ impl RemoteStore {
         for e in &entries {
             let (file, start) = (e.file as usize, e.offset);
             let end = start + u64::from(e.stored_len);
-            let crosses = end > start && (end - 1) / bs != start / bs;
+            let crosses = end > start && size.of(end - 1) != size.of(start);
             let len = e.stored_len as usize;
             if crosses
                 && !(raw && resident.reads_into(len))
@@ -282,7 +438,7 @@ impl RemoteStore {
         Ok(Some(Fetched {
             view,
             entries,
-            payload: Payload::Resident(resident),
+            payload: Payload::Resident(Box::new(resident)),
             cached: keys,
         }))
     }
