@@ -49,6 +49,12 @@ pub(crate) fn plan_requests<'e>(
             v.push(e.offset..e.offset + u64::from(e.stored_len));
         }
     }
+    plan_ranges(per, gap, max_bytes)
+}
+
+/// The requests that fetch the nonempty byte ranges `per[file]` of each data
+/// file, merged as [`plan_requests`] merges records' ranges.
+pub(crate) fn plan_ranges(per: Vec<Vec<Range<u64>>>, gap: u64, max_bytes: u64) -> Vec<Request> {
     let mut out = Vec::new();
     for (file, mut ranges) in per.into_iter().enumerate() {
         ranges.sort_unstable_by_key(|r| (r.start, r.end));
@@ -545,6 +551,12 @@ impl Fetcher {
             others,
             done,
         }
+    }
+
+    /// Whether a gather or read-ahead of this process is fetching block `key`.
+    pub fn in_flight(&self, key: &BlockKey) -> bool {
+        let map = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
+        map.contains_key(key)
     }
 
     pub fn loc(&self) -> &Location {

@@ -15,7 +15,7 @@ use zrecord::{
 };
 
 use crate::cache::Cache;
-use crate::fetch::{join_parts, plan_requests, BlockKey, Fetcher, Request, Spans};
+use crate::fetch::{join_parts, plan_ranges, plan_requests, BlockKey, Fetcher, Request, Spans};
 use crate::index::{Blocks, Memory, RemoteIndex, Use, View, INDEX_KEY, STEP_BLOCKS};
 use crate::location::Location;
 use crate::options::{FetchOptions, OptionValue};
@@ -554,18 +554,28 @@ impl Source {
         let mut missing = self
             .read_cached(cache, need.into_iter().collect(), &mut pieces, &mut cached)
             .await?;
+        // Blocks of which this gather uses little (the first steps of a pass
+        // over a cold cache: small records scattered over a window of blocks)
+        // are not waited for: its own bytes of them are fetched now, as
+        // without a cache, and the blocks come whole behind it.
+        let sparse = self.take_sparse(&mut missing, bs);
         let claimed = self.fetcher.claim_blocks(missing.keys().copied());
         let fetch_mine = async {
             let got = self.fetch_claimed(cache, claimed.keys()).await;
             claimed.release();
             got
         };
-        let (mine, ()) = futures::join!(fetch_mine, async {
-            for (_, done) in claimed.others() {
-                // Closed when the other gather's fetch ends, however it ends.
-                let _ = done.acquire().await;
-            }
-        });
+        let (mine, (), parts) = futures::join!(
+            fetch_mine,
+            async {
+                for (_, done) in claimed.others() {
+                    // Closed when the other gather's fetch ends, however it ends.
+                    let _ = done.acquire().await;
+                }
+            },
+            self.fetch_parts(&sparse, bs)
+        );
+        pieces.extend(parts?);
         let (mine, theirs) = mine?;
         for ((file, b), bytes) in mine {
             pieces.insert((file, b * bs), bytes);
@@ -621,7 +631,58 @@ impl Source {
         spans.sort();
         // Used now, wherever they came from: read-ahead no longer holds them.
         self.ahead.used(touched);
+        if !sparse.is_empty() {
+            self.fetch_behind(cache, sparse.into_keys());
+        }
         Ok((spans, cached))
+    }
+
+    /// The parts `sparse` names of blocks not fetched whole, by data file and
+    /// offset.
+    async fn fetch_parts(
+        &self,
+        sparse: &BTreeMap<BlockKey, Vec<Range<u64>>>,
+        bs: u64,
+    ) -> Result<Vec<((usize, u64), Bytes)>> {
+        if sparse.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut per: Vec<Vec<Range<u64>>> = vec![Vec::new(); self.sizes.len()];
+        for (&(file, b), parts) in sparse {
+            if let Some(v) = per.get_mut(file) {
+                v.extend(parts.iter().map(|r| b * bs + r.start..b * bs + r.end));
+            }
+        }
+        // Only touching parts are merged: the bytes between them, which a
+        // gather without a cache fetches to save requests, would be fetched
+        // again with their blocks.
+        let requests = plan_ranges(per, 0, self.fetcher.opts().max_request_bytes);
+        let got = self.fetcher.fetch_all(&requests).await?;
+        let mut out = Vec::new();
+        for (&(file, b), parts) in sparse {
+            for r in parts {
+                let (start, end) = (b * bs + r.start, b * bs + r.end);
+                // The request it lies in: the last to begin at or before it.
+                let k = requests
+                    .partition_point(|q| (q.file, q.range.start) <= (file, start))
+                    .checked_sub(1);
+                let piece = k.and_then(|k| {
+                    let (q, bytes) = (&requests[k], &got[k]);
+                    let (from, to) = (
+                        (start - q.range.start) as usize,
+                        (end - q.range.start) as usize,
+                    );
+                    (q.file == file && to <= bytes.len()).then(|| bytes.slice(from..to))
+                });
+                let piece = piece.ok_or_else(|| {
+                    Error::internal(format!(
+                        "bytes {start}..{end} of data file {file} were not fetched"
+                    ))
+                })?;
+                out.push(((file, start), piece));
+            }
+        }
+        Ok(out)
     }
 
     /// Bytes of block `b` of data file `file`: the block size but for a file's

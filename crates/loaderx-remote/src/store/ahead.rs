@@ -12,7 +12,8 @@
 //! a farther one. Its requests share the store's budget of requests in flight,
 //! and [`RemoteStore::cancel_warm`] stops them.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use loaderx_gather::{Error, Result};
@@ -420,7 +421,90 @@ impl RemoteStore {
     }
 }
 
+/// A gather's missing blocks of which it uses less than one byte in
+/// `SPARSE_USE` are left to come behind it ([`Source::take_sparse`]), once
+/// there are at least `SPARSE_MIN_BYTES` of them: under that, fetching them
+/// whole costs the gather little more than its own bytes would.
+const SPARSE_USE: u64 = 16;
+const SPARSE_MIN_BYTES: u64 = 8 << 20;
+
 impl Source {
+    /// Takes from `missing` (blocks the cache lacks, with the parts of them a
+    /// gather needs) the blocks the gather is not to wait for: those it uses
+    /// little of and nothing in this process is fetching, when there are
+    /// enough of them, and read-ahead may fetch them whole behind it
+    /// ([`Source::fetch_behind`]).
+    pub(super) fn take_sparse(
+        &self,
+        missing: &mut BTreeMap<BlockKey, Vec<Range<u64>>>,
+        bs: u64,
+    ) -> BTreeMap<BlockKey, Vec<Range<u64>>> {
+        if self.ahead.budget == 0 || !self.ahead.data {
+            return BTreeMap::new();
+        }
+        let sparse: Vec<(BlockKey, u64)> = missing
+            .iter()
+            .map(|(&(f, b), parts)| {
+                let used: u64 = parts.iter().map(|r| r.end - r.start).sum();
+                ((f, b), used, self.block_len(bs, f, b))
+            })
+            .filter(|&(_, used, len)| used.saturating_mul(SPARSE_USE) < len)
+            // One on its way whole is waited for: it comes in about the time
+            // a request for the parts would.
+            .filter(|(k, _, _)| !self.fetcher.in_flight(k))
+            .map(|(k, _, len)| (k, len))
+            .collect();
+        if sparse.iter().map(|&(_, len)| len).sum::<u64>() < SPARSE_MIN_BYTES {
+            return BTreeMap::new();
+        }
+        sparse
+            .into_iter()
+            .filter_map(|(k, _)| missing.remove_entry(&k))
+            .collect()
+    }
+
+    /// Fetches the data blocks `keys` whole into the cache in the background,
+    /// as read-ahead does (within its budget, its requests yielding to
+    /// gathers', stopped by [`RemoteStore::cancel_warm`]), for a gather that
+    /// took only its own bytes of them.
+    pub(super) fn fetch_behind(&self, cache: &Arc<Cache>, keys: impl Iterator<Item = BlockKey>) {
+        let cache = cache.clone();
+        let ahead = &self.ahead;
+        let generation = ahead.state().generation;
+        let bs = cache.block_bytes();
+        let lens = keys.map(|(f, b)| ((f, b), self.block_len(bs, f, b)));
+        let (reserved, _) = ahead.reserve(generation, lens);
+        if reserved.is_empty() {
+            return;
+        }
+        let (source, taken) = (self.clone(), reserved.clone());
+        let task = spawn(async move {
+            let fetcher = source.fetcher.clone();
+            // Failures are dropped: a gather that needs the block fetches it.
+            let _ = fetcher
+                .ahead(fetcher.bounded(source.warm_blocks(
+                    &cache,
+                    &source.ahead,
+                    generation,
+                    taken,
+                )))
+                .await;
+            Ok(())
+        });
+        match task {
+            Ok(task) => {
+                let mut s = ahead.state();
+                s.tasks.retain(|t| !t.is_finished());
+                if s.generation == generation {
+                    s.tasks.push(task.abort_handle());
+                } else {
+                    task.abort();
+                }
+            }
+            Err(_) => ahead.release(generation, reserved),
+        }
+    }
+
     /// Fetches the data blocks `keys` (sorted) into the cache, as a gather
     /// fetches its missing blocks; those a gather of this process or another
     /// process sharing the cache is fetching are left to it.

@@ -1,6 +1,6 @@
 //! A gather whose index blocks and data blocks this process already holds in
 //! memory: its records are read from the whole blocks themselves, found by
-//! hashing the gather's own blocks, with no requests planned, no
+//! number in a table of the gather's own blocks, with no requests planned, no
 //! task, no blocking thread, and one lock per map. Anything missing sends the
 //! gather the usual way, unchanged.
 

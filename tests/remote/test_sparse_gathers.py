@@ -1,0 +1,118 @@
+"""A gather over a cold cache that would fetch many whole blocks of which it
+uses little takes its own bytes now and leaves the blocks to come behind it."""
+
+import time
+
+import numpy as np
+from remote_servers import HTTP_STORAGE_OPTIONS
+
+from conftest import host
+from loaderx.zrecord import Cache, Dense
+
+# 640,000 records of 16 bytes: ten data blocks of 1 MiB (the last short).
+N, RECORD, BLOCK = 640_000, 16, 1 << 20
+BLOCKS = (N * RECORD + BLOCK - 1) // BLOCK
+# Two records in each block, far apart.
+POSITIONS = np.array(
+    [b * (BLOCK // RECORD) + k for b in range(BLOCKS) for k in (7, 40_000)], dtype=np.int64
+)
+POSITIONS = POSITIONS[POSITIONS < N]
+
+
+def write(path):
+    values = np.arange(N * 2, dtype=np.int64).reshape(N, 2)
+    with Dense.create(path, np.int64, (2,), codec="raw") as w:
+        w.append(values)
+    return values
+
+
+def data_gets(server):
+    """(data file, first byte, last byte) of every GET of a data file, in
+    arrival order."""
+    out = []
+    for m, p, rng in server.log():
+        if m == "GET" and "/data-" in p:
+            first, last = rng.removeprefix("bytes=").split("-")
+            out.append((p.rsplit("/", 1)[1], int(first), int(last)))
+    return out
+
+
+def layout(store):
+    """Where each record lies, (data file, offset) by position, from the
+    store's index (24-byte entries: offset, stored length, data file,
+    checksum), and the data files' sizes."""
+    entries = np.fromfile(
+        store / "index.bin",
+        dtype=[("offset", "<u8"), ("len", "<u4"), ("file", "<u4"), ("sum", "<u8")],
+    )
+    assert len(entries) == N and (entries["len"] == RECORD).all()
+    where = [
+        (f"data-{f:03d}.bin", int(o))
+        for f, o in zip(entries["file"], entries["offset"], strict=True)
+    ]
+    sizes = {f.name: f.stat().st_size for f in store.glob("data-*.bin")}
+    return where, sizes
+
+
+def whole_blocks(store, positions):
+    """The GETs of the whole blocks the records at `positions` lie in."""
+    where, sizes = layout(store)
+    touched = {(where[p][0], where[p][1] // BLOCK) for p in positions}
+    return sorted((f, b * BLOCK, min(sizes[f], (b + 1) * BLOCK) - 1) for f, b in touched)
+
+
+def settled(reader, seconds=20.0):
+    """Waits until the reader's fetched bytes stop growing."""
+    end, last = time.monotonic() + seconds, -1
+    while time.monotonic() < end:
+        now = reader.traffic().fetched
+        if now == last:
+            return
+        last = now
+        time.sleep(0.3)
+    raise AssertionError("the fetches behind the gather did not end")
+
+
+def open_remote(server, tmp_path, **options):
+    cache = Cache(tmp_path / "cache", max_bytes=1 << 30)
+    return Dense.open(
+        server.url + "/s", storage_options={**HTTP_STORAGE_OPTIONS, **options}, cache=cache
+    )
+
+
+def test_a_sparse_cold_gather_fetches_its_records_then_the_blocks_whole(tmp_path, range_server):
+    values = write(tmp_path / "s")
+    where, _ = layout(tmp_path / "s")
+    with open_remote(range_server, tmp_path) as r:
+        got = host(r[POSITIONS])
+        returned = len(data_gets(range_server))
+        np.testing.assert_array_equal(got, values[POSITIONS])
+        settled(r)
+        gets = data_gets(range_server)
+        records = sorted((where[p][0], where[p][1], where[p][1] + RECORD - 1) for p in POSITIONS)
+        small = [g for g in gets if g[2] - g[1] + 1 < BLOCK // 2]
+        whole = [g for g in gets if g[2] - g[1] + 1 >= BLOCK // 2]
+        # Its records alone, each once, before it returned; then every block it
+        # touched, whole and once.
+        assert sorted(small) == records
+        assert gets[: len(small)] == small and returned >= len(small)
+        assert sorted(whole) == whole_blocks(tmp_path / "s", POSITIONS)
+        # The blocks are in the cache: the same gather again asks for nothing.
+        range_server.reset_counts()
+        np.testing.assert_array_equal(host(r[POSITIONS]), values[POSITIONS])
+        assert data_gets(range_server) == []
+
+
+def test_without_read_ahead_the_gather_fetches_whole_blocks(tmp_path, range_server):
+    values = write(tmp_path / "s")
+    with open_remote(range_server, tmp_path, read_ahead_bytes="0") as r:
+        np.testing.assert_array_equal(host(r[POSITIONS]), values[POSITIONS])
+        assert sorted(data_gets(range_server)) == whole_blocks(tmp_path / "s", POSITIONS)
+
+
+def test_a_gather_using_its_blocks_densely_fetches_them_whole(tmp_path, range_server):
+    values = write(tmp_path / "s")
+    with open_remote(range_server, tmp_path) as r:
+        every = np.arange(0, N, 8)  # two of every 16 records of every block
+        np.testing.assert_array_equal(host(r[every]), values[every])
+        assert sorted(data_gets(range_server)) == whole_blocks(tmp_path / "s", every)
