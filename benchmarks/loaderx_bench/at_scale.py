@@ -18,7 +18,9 @@ and read in fresh processes:
   pass, against the same share of the store), its requests per second, and the
   process's RSS and PSS at the end. A pass of at most 10,000 steps is timed
   three times, each from an empty cache, and the run of median rate kept (with
-  its traffic and warm pass);
+  its traffic and warm pass). Before each cold pass the disk is synced, and the
+  caches are deleted only once a size is done: deleting one just before a pass
+  stalled that pass's writes for seconds on a disk mounted with discard;
 * **warm pass**: the same steps again from the cache the cold pass filled,
   against the same steps from the local store.
 
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -169,6 +172,9 @@ def measure(n: int, work: Path, latencies: list[float], args) -> list[dict]:
         f"passes of {steps} steps ({'a whole pass' if full else f'{share:.2%} of a pass'})",
         flush=True,
     )
+    caches = root / "caches"
+    caches.mkdir(exist_ok=True)
+    os.sync()
     rows = [{"label": "local store", **run("pass", str(store), None, steps)}]
     s3 = None
     if args.s3 and n <= args.s3_up_to:
@@ -190,7 +196,7 @@ def measure(n: int, work: Path, latencies: list[float], args) -> list[dict]:
                     else:
                         url = f"s3://bench/s{n}"
                         options = {**upstream.storage_options(), "aws_endpoint": server.url}
-                    row = measure_one(f"{name} + {ms:g} ms", server, url, options, steps)
+                    row = measure_one(f"{name} + {ms:g} ms", server, url, options, steps, caches)
                     row.update(size=size, share=share)
                 rows.append(row)
                 print(f"  {row['label']}: done", file=sys.stderr, flush=True)
@@ -202,7 +208,9 @@ def measure(n: int, work: Path, latencies: list[float], args) -> list[dict]:
     return rows
 
 
-def measure_one(label: str, server: Nginx, url: str, options: dict, steps: int) -> dict:
+def measure_one(
+    label: str, server: Nginx, url: str, options: dict, steps: int, caches: Path
+) -> dict:
     """Open, first batch, and a cold then a warm pass of `url` through `server`."""
     server.reset_counts()
     row = {"label": label, **run("open", url, options=options)}
@@ -214,11 +222,16 @@ def measure_one(label: str, server: Nginx, url: str, options: dict, steps: int) 
     # else this machine runs at that moment.
     colds = []
     for _ in range(COLD_RUNS if steps <= SHORT_PASS else 1):
-        with tempfile.TemporaryDirectory(prefix="loaderx-at-scale-cache-") as cache:
-            server.reset_counts()
-            cold = run("pass", url, Path(cache), steps, options)
-            served = server.counts()
-            warm = run("pass", url, Path(cache), steps, options)
+        cache = Path(tempfile.mkdtemp(prefix="loaderx-at-scale-cache-", dir=caches))
+        # Each cold pass starts with nothing of the runs before it still being
+        # written back or deleted: on a disk mounted with discard, deleting a
+        # cache of hundreds of MiB stalls the writes that follow it for
+        # seconds. The caches are deleted once all of a size's runs are done.
+        os.sync()
+        server.reset_counts()
+        cold = run("pass", url, cache, steps, options)
+        served = server.counts()
+        warm = run("pass", url, cache, steps, options)
         colds.append((cold["records_s"], cold, served, warm))
     colds.sort(key=lambda c: c[0])
     _, row["cold"], row["served"], row["warm"] = colds[len(colds) // 2]
