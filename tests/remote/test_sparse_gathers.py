@@ -19,8 +19,8 @@ POSITIONS = np.array(
 POSITIONS = POSITIONS[POSITIONS < N]
 
 
-def write(path):
-    values = np.arange(N * 2, dtype=np.int64).reshape(N, 2)
+def write(path, n=N):
+    values = np.arange(n * 2, dtype=np.int64).reshape(n, 2)
     with Dense.create(path, np.int64, (2,), codec="raw") as w:
         w.append(values)
     return values
@@ -45,7 +45,7 @@ def layout(store):
         store / "index.bin",
         dtype=[("offset", "<u8"), ("len", "<u4"), ("file", "<u4"), ("sum", "<u8")],
     )
-    assert len(entries) == N and (entries["len"] == RECORD).all()
+    assert (entries["len"] == RECORD).all()
     where = [
         (f"data-{f:03d}.bin", int(o))
         for f, o in zip(entries["file"], entries["offset"], strict=True)
@@ -116,3 +116,32 @@ def test_a_gather_using_its_blocks_densely_fetches_them_whole(tmp_path, range_se
         every = np.arange(0, N, 8)  # two of every 16 records of every block
         np.testing.assert_array_equal(host(r[every]), values[every])
         assert sorted(data_gets(range_server)) == whole_blocks(tmp_path / "s", every)
+
+
+def test_blocks_fetched_behind_do_not_hold_the_read_ahead_budget(tmp_path, range_server):
+    # Two gathers of one record in each of ten blocks, the second's blocks not
+    # the first's: a budget of 12 MiB holds the blocks behind one of them while
+    # they are on their way, not those behind both.
+    n = 2 * N
+    values = write(tmp_path / "s", n)
+    where, _ = layout(tmp_path / "s")
+    picked: list[list[int]] = [[], []]
+    seen: set[tuple[str, int]] = set()
+    for p in range(7, n, 997):
+        block = (where[p][0], where[p][1] // BLOCK)
+        gather = next((g for g in picked if len(g) < 10), None)
+        if gather is None:
+            break
+        if block not in seen:
+            seen.add(block)
+            gather.append(p)
+    first, second = (np.array(g, dtype=np.int64) for g in picked)
+    assert len(first) == len(second) == 10
+    with open_remote(range_server, tmp_path, read_ahead_bytes=str(12 << 20)) as r:
+        for positions in (first, second):
+            np.testing.assert_array_equal(host(r[positions]), values[positions])
+            settled(r)
+        range_server.reset_counts()
+        for positions in (first, second):
+            np.testing.assert_array_equal(host(r[positions]), values[positions])
+        assert data_gets(range_server) == []

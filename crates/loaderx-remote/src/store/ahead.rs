@@ -464,9 +464,9 @@ impl Source {
     }
 
     /// Fetches the data blocks `keys` whole into the cache in the background,
-    /// as read-ahead does (within its budget, its requests yielding to
-    /// gathers', stopped by [`RemoteStore::cancel_warm`]), for a gather that
-    /// took only its own bytes of them.
+    /// as read-ahead does (within its budget while they are on their way, its
+    /// requests yielding to gathers', stopped by [`RemoteStore::cancel_warm`]),
+    /// for a gather that took only its own bytes of them.
     pub(super) fn fetch_behind(&self, cache: &Arc<Cache>, keys: impl Iterator<Item = BlockKey>) {
         let cache = cache.clone();
         let ahead = &self.ahead;
@@ -486,9 +486,13 @@ impl Source {
                     &cache,
                     &source.ahead,
                     generation,
-                    taken,
+                    taken.clone(),
                 )))
                 .await;
+            // Held against the budget only while on their way: no gather may
+            // ever use them (random gathers over a large store), and
+            // read-ahead's own blocks must not wait for that.
+            source.ahead.release(generation, taken);
             Ok(())
         });
         match task {
