@@ -175,6 +175,18 @@ impl Ahead {
         }
     }
 
+    /// Keeps `task`, begun for `generation`, to be stopped by the next
+    /// cancel; stops it now if a cancel came since it was begun.
+    fn track<T>(&self, generation: u64, task: &tokio::task::JoinHandle<T>) {
+        let mut s = self.state();
+        s.tasks.retain(|t| !t.is_finished());
+        if s.generation == generation {
+            s.tasks.push(task.abort_handle());
+        } else {
+            task.abort();
+        }
+    }
+
     /// Notes whether a warm found anything to fetch.
     fn found(&self, work: bool) {
         let mut s = self.state();
@@ -310,13 +322,7 @@ impl RemoteStore {
             Ok(())
         })
         .inspect_err(|_| ahead.ended(generation))?;
-        let mut s = ahead.state();
-        s.tasks.retain(|t| !t.is_finished());
-        if s.generation == generation {
-            s.tasks.push(task.abort_handle());
-        } else {
-            task.abort();
-        }
+        ahead.track(generation, &task);
         Ok(true)
     }
 
@@ -496,15 +502,7 @@ impl Source {
             Ok(())
         });
         match task {
-            Ok(task) => {
-                let mut s = ahead.state();
-                s.tasks.retain(|t| !t.is_finished());
-                if s.generation == generation {
-                    s.tasks.push(task.abort_handle());
-                } else {
-                    task.abort();
-                }
-            }
+            Ok(task) => ahead.track(generation, &task),
             Err(_) => ahead.release(generation, reserved),
         }
     }
