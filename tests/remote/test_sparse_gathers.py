@@ -61,16 +61,17 @@ def whole_blocks(store, positions):
     return sorted((f, b * BLOCK, min(sizes[f], (b + 1) * BLOCK) - 1) for f, b in touched)
 
 
-def settled(reader, seconds=20.0):
-    """Waits until the reader's fetched bytes stop growing."""
-    end, last = time.monotonic() + seconds, -1
+def fetched_whole(server, store, positions, seconds=60.0):
+    """Waits until the server has answered a GET of every whole block the
+    records at `positions` lie in (the fetches behind a gather run on after it
+    returns)."""
+    want = set(whole_blocks(store, positions))
+    end = time.monotonic() + seconds
     while time.monotonic() < end:
-        now = reader.traffic().fetched
-        if now == last:
+        if want <= set(data_gets(server)):
             return
-        last = now
-        time.sleep(0.3)
-    raise AssertionError("the fetches behind the gather did not end")
+        time.sleep(0.05)
+    raise AssertionError("the blocks behind the gather were not fetched")
 
 
 def open_remote(server, tmp_path, **options):
@@ -87,7 +88,7 @@ def test_a_sparse_cold_gather_fetches_its_records_then_the_blocks_whole(tmp_path
         got = host(r[POSITIONS])
         returned = len(data_gets(range_server))
         np.testing.assert_array_equal(got, values[POSITIONS])
-        settled(r)
+        fetched_whole(range_server, tmp_path / "s", POSITIONS)
         gets = data_gets(range_server)
         records = sorted((where[p][0], where[p][1], where[p][1] + RECORD - 1) for p in POSITIONS)
         small = [g for g in gets if g[2] - g[1] + 1 < BLOCK // 2]
@@ -140,7 +141,7 @@ def test_blocks_fetched_behind_do_not_hold_the_read_ahead_budget(tmp_path, range
     with open_remote(range_server, tmp_path, read_ahead_bytes=str(12 << 20)) as r:
         for positions in (first, second):
             np.testing.assert_array_equal(host(r[positions]), values[positions])
-            settled(r)
+            fetched_whole(range_server, tmp_path / "s", positions)
         range_server.reset_counts()
         for positions in (first, second):
             np.testing.assert_array_equal(host(r[positions]), values[positions])
