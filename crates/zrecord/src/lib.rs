@@ -50,6 +50,6 @@ pub use ragged::{
     align_up, element_count, record_spans, RaggedLayout, RaggedView, ALIGN, MAX_RAGGED_ELEMENTS,
 };
 pub use sizes::SIZES_STEP_RECORDS;
-pub use source::{IndexSource, PayloadSource};
+pub use source::{prefetch_head, IndexSource, PayloadSource};
 pub use verify::VERIFY_STEP_BYTES;
 pub use writer::{Source, Writer, CHUNK_BYTES};

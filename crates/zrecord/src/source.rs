@@ -58,10 +58,20 @@ pub trait PayloadSource: Sync {
             .end
             .min(range.start.saturating_add(PREFETCH_HEAD_BYTES));
         if let Some(head) = self.bytes(file, range.start..end) {
-            for line in (0..head.len()).step_by(64) {
-                prefetch(head[line..].as_ptr());
-            }
+            prefetch_head(head);
         }
+    }
+}
+
+/// Asks the CPU for the lines of a record's stored bytes `record` that
+/// [`PayloadSource::prefetch`] asks for: those of its first
+/// `PREFETCH_HEAD_BYTES`. For a source that finds its records' bytes before
+/// the gather copies them, and prefetches them then.
+#[inline]
+pub fn prefetch_head(record: &[u8]) {
+    let head = &record[..record.len().min(PREFETCH_HEAD_BYTES as usize)];
+    for line in (0..head.len()).step_by(64) {
+        prefetch(head[line..].as_ptr());
     }
 }
 

@@ -28,10 +28,6 @@ use crate::index::INDEX_KEY;
 /// and are prefetched while the records before them are copied.
 const READ_INTO_MIN_BYTES: usize = 32 << 10;
 
-/// Bytes of a record's head asked of the CPU before it is copied, as the
-/// format crate asks them of the sources it prefetches itself.
-const PREFETCH_HEAD_BYTES: u64 = 256;
-
 /// A block a warm gather reads from.
 enum Held {
     /// Kept whole in memory.
@@ -186,8 +182,8 @@ impl Resident {
         }
     }
 
-    /// Asks the CPU for the first lines (up to `PREFETCH_HEAD_BYTES`) of the
-    /// stored bytes `range` of data file `file`, if their block is kept: the
+    /// Asks the CPU for the head of the stored bytes `range` of data file
+    /// `file` ([`zrecord::prefetch_head`]), if their block is kept: the
     /// gather copies the record a moment later, and the lines of a whole
     /// batch are on their way together.
     #[inline]
@@ -197,15 +193,12 @@ impl Resident {
         let Some(bytes) = self.block(file, b) else {
             return;
         };
-        let head = (range.end - range.start).min(PREFETCH_HEAD_BYTES) as usize;
-        let Some(head) = usize::try_from(range.start - b * size.bytes)
+        let len = usize::try_from(range.end - range.start).unwrap_or(usize::MAX);
+        if let Some(record) = usize::try_from(range.start - b * size.bytes)
             .ok()
-            .and_then(|k| bytes.get(k..k.saturating_add(head).min(bytes.len())))
-        else {
-            return;
-        };
-        for line in (0..head.len()).step_by(64) {
-            prefetch(head[line..].as_ptr());
+            .and_then(|k| bytes.get(k..k.saturating_add(len).min(bytes.len())))
+        {
+            zrecord::prefetch_head(record);
         }
     }
 
@@ -280,19 +273,6 @@ impl Resident {
         }
         Ok(())
     }
-}
-
-/// A hint to move the cache line holding `p` towards the core; it never
-/// faults.
-#[inline(always)]
-fn prefetch(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: SSE is part of the x86_64 baseline; a prefetch has no side effects.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch(p.cast::<i8>(), std::arch::x86_64::_MM_HINT_T0)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 impl PayloadSource for Resident {
