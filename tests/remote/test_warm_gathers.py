@@ -172,7 +172,7 @@ def test_large_records_are_read_from_the_cache_files_into_their_output(tmp_path,
     "block",
     [
         100,  # not a power of two: blocks found by division
-        8,  # more blocks (4,500) than a gather's table holds: its blocks are hashed
+        8,  # more blocks (4,500) than a store's table holds: its blocks are hashed
     ],
 )
 def test_warm_gathers_find_their_blocks_at_any_block_size(tmp_path, range_server, block):

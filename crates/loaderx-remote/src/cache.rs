@@ -84,6 +84,9 @@ pub struct Cache {
     /// Blocks this cache read lately, kept whole in memory so that a warm
     /// gather makes no system call.
     kept: Mutex<FxHashMap<Key, Kept>>,
+    /// How many blocks memory has let go of, ever: a copy of what it keeps
+    /// ([`Cache::released`]) is stale once this moves.
+    released: AtomicU64,
     /// `KEPT_BYTES` but in tests.
     kept_limit: u64,
 }
@@ -99,17 +102,18 @@ pub(crate) struct KeptBlocks<'a> {
 
 impl KeptBlocks<'_> {
     /// Block `block` of `file` if it is kept whole (`len` bytes) and its file's
-    /// time needs no refresh yet; otherwise `None`, and [`Cache::read`] (which
-    /// refreshes it, or finds the file gone) is the way to it.
-    pub(crate) fn block(&mut self, file: &str, block: u64, len: u64) -> Option<Bytes> {
+    /// time needs no refresh yet, with the moment it will; otherwise `None`,
+    /// and [`Cache::read`] (which refreshes it, or finds the file gone) is the
+    /// way to it.
+    pub(crate) fn block(&mut self, file: &str, block: u64, len: u64) -> Option<(Bytes, Instant)> {
         if self.key.1 != file {
             self.key.1.clear();
             self.key.1.push_str(file);
         }
         self.key.2 = block;
         let k = self.kept.get(&self.key)?;
-        let fresh = self.now.saturating_duration_since(k.touched) <= TOUCH_AFTER;
-        (fresh && k.bytes.len() as u64 == len).then(|| k.bytes.clone())
+        let due = k.touched + TOUCH_AFTER;
+        (self.now <= due && k.bytes.len() as u64 == len).then(|| (k.bytes.clone(), due))
     }
 }
 
@@ -323,6 +327,7 @@ impl Cache {
             held: AtomicU64::new(0),
             evicting: Mutex::new(()),
             kept: Mutex::new(FxHashMap::default()),
+            released: AtomicU64::new(0),
             kept_limit: KEPT_BYTES,
         };
         cache.evict();
@@ -480,6 +485,7 @@ impl Cache {
                 return;
             };
             if let Some(old) = kept.remove(&k) {
+                self.released.fetch_add(1, Ordering::Relaxed);
                 KEPT.fetch_sub(old.bytes.len() as u64, Ordering::Relaxed);
             }
         }
@@ -500,8 +506,17 @@ impl Cache {
             .unwrap_or_else(|e| e.into_inner())
             .remove(key);
         if let Some(old) = old {
+            self.released.fetch_add(1, Ordering::Relaxed);
             KEPT.fetch_sub(old.bytes.len() as u64, Ordering::Relaxed);
         }
+    }
+
+    /// How many blocks this cache's memory has let go of: a copy of the blocks
+    /// it keeps taken when this read `n` still holds only blocks it keeps while
+    /// this reads `n`. Relaxed: a gather that misses a release by a moment only
+    /// reads a block a moment longer, whose bytes its copy holds.
+    pub(crate) fn released(&self) -> u64 {
+        self.released.load(Ordering::Relaxed)
     }
 
     /// The cache file at `path`, opened, if it is a regular file of `len`

@@ -57,9 +57,9 @@ struct Shared {
     /// The data files' sizes from the header, shared with every fetch.
     sizes: Arc<[u64]>,
     cache: Option<Arc<Cache>>,
-    /// The data files' blocks in the cache, numbered for the gathers whose
-    /// blocks are in memory; with the cache.
-    numbers: Option<Arc<warm::BlockNumbers>>,
+    /// The data blocks the cache keeps in memory, as the gathers that find
+    /// them all there see them; with the cache.
+    kept: Option<warm::KeptData>,
     /// What the Loader reads ahead of its gathers.
     ahead: Arc<Ahead>,
     /// Whether the last gather begun found every block it needed in memory:
@@ -116,12 +116,9 @@ impl RemoteStore {
             opts,
             fetcher: Mutex::new((pid(), fetcher)),
             sizes: meta.info().header().shard_sizes.as_slice().into(),
-            numbers: cache.as_ref().map(|c| {
-                Arc::new(warm::BlockNumbers::new(
-                    &meta.info().header().shard_sizes,
-                    c.block_bytes(),
-                ))
-            }),
+            kept: cache
+                .as_ref()
+                .map(|c| warm::KeptData::new(&meta.info().header().shard_sizes, c.block_bytes())),
             meta,
             cache,
             warm_streak: AtomicBool::new(false),
@@ -269,8 +266,7 @@ impl RemoteStore {
             Ok(Fetched {
                 view,
                 entries,
-                payload: Payload::Spans(spans),
-                cached,
+                payload: Payload::Spans(spans, cached),
             })
         })?;
         Ok(Pending {

@@ -295,12 +295,15 @@ fn kept_blocks_are_those_read_whole_and_fresh_at_their_length() {
     c.read(7, "data-000.bin", 3, 16, &[0..1]).unwrap();
     c.read(7, "data-001.bin", 0, 16, &[0..1]).unwrap();
     let mut kept = c.kept_blocks(7);
-    assert_eq!(
-        kept.block("data-000.bin", 3, 16),
-        Some(Bytes::from_static(b"0123456789abcdef"))
+    let (bytes, due) = kept.block("data-000.bin", 3, 16).unwrap();
+    assert_eq!(bytes, Bytes::from_static(b"0123456789abcdef"));
+    assert!(
+        due > Instant::now() + TOUCH_AFTER - Duration::from_secs(5),
+        "due once it ages"
     );
+    assert!(due <= Instant::now() + TOUCH_AFTER);
     assert_eq!(
-        kept.block("data-001.bin", 0, 16),
+        kept.block("data-001.bin", 0, 16).map(|(b, _)| b),
         Some(Bytes::from_static(b"fedcba9876543210"))
     );
     assert!(
@@ -321,4 +324,26 @@ fn kept_blocks_are_those_read_whole_and_fresh_at_their_length() {
     assert!(c.kept_blocks(7).block("data-000.bin", 3, 16).is_none());
     c.read(7, "data-000.bin", 3, 16, &[0..1]).unwrap();
     assert!(c.kept_blocks(7).block("data-000.bin", 3, 16).is_some());
+}
+
+#[test]
+fn blocks_memory_lets_go_of_are_counted_whether_evicted_or_removed() {
+    let d = tempfile::tempdir().unwrap();
+    let mut c = Cache::open(d.path(), 1 << 20, 16).unwrap();
+    for b in 0..3 {
+        c.put(7, "data-000.bin", b, &[b as u8; 16]);
+    }
+    c.read(7, "data-000.bin", 0, 16, &[1..2]).unwrap();
+    c.read(7, "data-000.bin", 1, 16, &[1..2]).unwrap();
+    assert_eq!(c.released(), 0, "kept, nothing let go of");
+    c.remove(7, "data-000.bin", 0);
+    assert_eq!(c.released(), 1);
+    c.remove(7, "data-000.bin", 0);
+    assert_eq!(c.released(), 1, "nothing kept was removed");
+    // With no room left, keeping block 2 gives up block 1 (and then finds
+    // no room for itself).
+    c.kept_limit = 0;
+    c.read(7, "data-000.bin", 2, 16, &[1..2]).unwrap();
+    assert_eq!(c.released(), 2);
+    assert!(c.kept.lock().unwrap().is_empty());
 }

@@ -94,17 +94,25 @@ impl Pending {
         let view = fetched.view.as_ref();
         let entries = &fetched.entries;
         let filled = match &fetched.payload {
-            Payload::Spans(spans) => store.fill(view, idx, entries, spans, allocator),
+            Payload::Spans(spans, _) => store.fill(view, idx, entries, spans, allocator),
             Payload::Resident(blocks) => store.fill(view, idx, entries, &**blocks, allocator),
         };
         match filled {
-            Err(e)
-                if !fetched.cached.is_empty()
-                    && matches!(e.format(), Some(zrecord::Error::Corrupt { .. })) =>
-            {
+            Err(e) if matches!(e.format(), Some(zrecord::Error::Corrupt { .. })) => {
+                let resident;
+                let cached: &[BlockKey] = match &fetched.payload {
+                    Payload::Spans(_, cached) => cached,
+                    Payload::Resident(blocks) => {
+                        resident = blocks.blocks_of(entries);
+                        &resident
+                    }
+                };
+                if cached.is_empty() {
+                    return Err(e);
+                }
                 let source = store.source()?;
                 if let Some(cache) = &store.0.cache {
-                    for &(file, block) in &fetched.cached {
+                    for &(file, block) in cached {
                         cache.remove(source.id, &data_file(file), block);
                     }
                 }
@@ -218,13 +226,13 @@ pub(super) struct Fetched {
     pub(super) view: Option<View>,
     pub(super) entries: Vec<Entry>,
     pub(super) payload: Payload,
-    pub(super) cached: Vec<BlockKey>,
 }
 
 /// Where a gather's stored bytes are held.
 pub(super) enum Payload {
-    /// The ranges it fetched or read from the cache.
-    Spans(Spans),
+    /// The ranges it fetched or read from the cache, and the cached blocks
+    /// read.
+    Spans(Spans, Vec<BlockKey>),
     /// Whole blocks this process held in memory when it began.
     Resident(Box<Resident>),
 }

@@ -1,8 +1,8 @@
 //! A gather whose index blocks and data blocks this process already holds in
 //! memory: its records are read from the whole blocks themselves, found by
-//! number in a table of the gather's own blocks, with no requests planned, no
-//! task, no blocking thread, and one lock per map. Anything missing sends the
-//! gather the usual way, unchanged.
+//! number among those the store's gathers found kept ([`KeptData`]), with no
+//! requests planned, no task and no blocking thread. Anything missing sends
+//! the gather the usual way, unchanged.
 
 use std::fs::File;
 use std::ops::Range;
@@ -10,15 +10,16 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use loaderx_gather::{background, Allocator, Begun, Error, Records, Result};
 use rustc_hash::{FxHashMap, FxHashSet};
-use zrecord::{data_file, PayloadSource};
+use zrecord::{data_file, Entry, PayloadSource};
 
 use super::pending::{Fetched, Payload, Pending};
 use super::{block_len, RemoteStore};
+use crate::cache::Cache;
 use crate::fetch::BlockKey;
 use crate::index::INDEX_KEY;
 
@@ -29,13 +30,13 @@ use crate::index::INDEX_KEY;
 const READ_INTO_MIN_BYTES: usize = 32 << 10;
 
 /// A block a warm gather reads from.
-enum Held {
+enum Held<'a> {
     /// Kept whole in memory.
-    Kept(Bytes),
+    Kept(&'a Bytes),
     /// Its file in the cache, opened: only large raw records lie in it, and
     /// they are read from it straight into their output, as a local store
     /// reads them, where reading the whole block in first would copy it twice.
-    File(File, PathBuf),
+    File(&'a File, &'a PathBuf),
 }
 
 /// Where offsets of a data file fall in blocks of the cache's size: a shift
@@ -110,76 +111,150 @@ impl BlockNumbers {
     }
 }
 
-/// Most slots a gather's table of blocks has, indexed by block number: past
-/// that span (an IID gather over a store of more than this many blocks) its
-/// blocks are hashed.
+/// Most blocks a store may have for those memory keeps of it to be found by
+/// number in a table of them all; past that they are hashed.
 const MOST_SLOTS: u64 = 1 << 12;
+
+/// Data blocks of one store, by number.
+#[derive(Clone)]
+enum Slots {
+    /// `table[g]` for each block number `g` of the store.
+    Table(Vec<Option<Bytes>>),
+    Hashed(FxHashMap<u64, Bytes>),
+}
+
+impl Slots {
+    fn new(count: u64) -> Slots {
+        match usize::try_from(count) {
+            Ok(n) if count <= MOST_SLOTS => Slots::Table(vec![None; n]),
+            _ => Slots::Hashed(FxHashMap::default()),
+        }
+    }
+
+    #[inline]
+    fn get(&self, g: u64) -> Option<&Bytes> {
+        match self {
+            Slots::Table(t) => t.get(usize::try_from(g).ok()?)?.as_ref(),
+            Slots::Hashed(h) => h.get(&g),
+        }
+    }
+
+    fn insert(&mut self, g: u64, bytes: Bytes) {
+        match self {
+            Slots::Table(t) => {
+                if let Some(slot) = usize::try_from(g).ok().and_then(|g| t.get_mut(g)) {
+                    *slot = Some(bytes);
+                }
+            }
+            Slots::Hashed(h) => {
+                h.insert(g, bytes);
+            }
+        }
+    }
+}
+
+/// The data blocks of a store that warm gathers found its cache keeping in
+/// memory ([`KeptData`]).
+pub(crate) struct Seen {
+    blocks: Slots,
+    /// The cache's count of blocks let go of before these were found.
+    released: u64,
+    /// When the first of them is due a refresh of its file's time, which
+    /// only a read through the cache makes.
+    due: Instant,
+}
+
+impl Seen {
+    /// Whether the cache still keeps every block of this set, and none is
+    /// due a refresh.
+    fn holds(&self, cache: &Cache, now: Instant) -> bool {
+        self.released == cache.released() && now < self.due
+    }
+}
+
+/// What a store's warm gathers know of the data blocks its cache keeps in
+/// memory: how the blocks are numbered, and those that gathers before found
+/// kept, shared by every gather that reads from them. A gather finds each of
+/// its blocks there by number, touching none of the cache's names, hashes or
+/// reference counts: where a batch of tiny records lies in hundreds of
+/// blocks, those cost it a memory miss or more per block. The set is
+/// replaced, not changed, when a gather finds more blocks kept, and
+/// forgotten once the cache lets go of any block (so that none outlives the
+/// cache's hold on it but for the gathers reading it) or a block's file is
+/// due a refresh of its time.
+pub(super) struct KeptData {
+    numbers: Arc<BlockNumbers>,
+    seen: Mutex<Option<Arc<Seen>>>,
+}
+
+impl KeptData {
+    pub(super) fn new(sizes: &[u64], block_bytes: u64) -> KeptData {
+        KeptData {
+            numbers: Arc::new(BlockNumbers::new(sizes, block_bytes)),
+            seen: Mutex::new(None),
+        }
+    }
+
+    /// The blocks gathers found kept, if the cache still keeps them all.
+    fn seen(&self, cache: &Cache) -> Option<Arc<Seen>> {
+        let mut seen = lock(&self.seen);
+        if seen
+            .as_ref()
+            .is_some_and(|s| !s.holds(cache, Instant::now()))
+        {
+            *seen = None;
+        }
+        seen.clone()
+    }
+
+    /// `seen` (or none, with the cache's count of releases `released` read
+    /// before `found` was) with the blocks `found` added, for the gathers
+    /// after this one too.
+    fn add(
+        &self,
+        seen: Option<&Seen>,
+        released: u64,
+        found: Vec<(u64, Bytes, Instant)>,
+    ) -> Arc<Seen> {
+        let (mut blocks, mut due, released) = match seen {
+            Some(s) => (s.blocks.clone(), Some(s.due), s.released),
+            None => (Slots::new(self.numbers.count()), None, released),
+        };
+        for (g, bytes, at) in found {
+            blocks.insert(g, bytes);
+            due = Some(due.map_or(at, |d| d.min(at)));
+        }
+        let next = Arc::new(Seen {
+            blocks,
+            released,
+            due: due.unwrap_or_else(Instant::now),
+        });
+        *lock(&self.seen) = Some(next.clone());
+        next
+    }
+}
 
 /// Whole data blocks held in memory or in the cache's files, as the format
 /// crate asks for their bytes.
 pub(crate) struct Resident {
     numbers: Arc<BlockNumbers>,
-    /// The gather's blocks.
-    held: Vec<Held>,
-    /// `slots[g - lo]` is 1 + the place in `held` of block number `g`, 0 for
-    /// a block not held; empty where `hashed` finds them instead.
-    lo: u64,
-    slots: Vec<u32>,
-    hashed: FxHashMap<u64, u32>,
+    /// The blocks memory keeps of the store, as far as this gather needs.
+    seen: Option<Arc<Seen>>,
+    /// Blocks of the gather's large raw records that memory does not keep,
+    /// opened in the cache's files, by number.
+    files: FxHashMap<u64, (File, PathBuf)>,
     /// The records that cross a block boundary and are not read into their
     /// output, joined, by data file and offset.
     joined: FxHashMap<(usize, u64), Box<[u8]>>,
 }
 
 impl Resident {
-    /// An empty set for blocks numbered `lo..=hi`.
-    fn new(numbers: Arc<BlockNumbers>, lo: u64, hi: u64) -> Resident {
-        let span = hi.saturating_sub(lo).saturating_add(1);
-        let slots = match span <= MOST_SLOTS {
-            true => vec![0; span as usize],
-            false => Vec::new(),
-        };
-        Resident {
-            numbers,
-            held: Vec::new(),
-            lo,
-            slots,
-            hashed: FxHashMap::default(),
-            joined: FxHashMap::default(),
-        }
-    }
-
     #[inline]
-    fn find(&self, g: u64) -> Option<&Held> {
-        let at = match self.slots.is_empty() {
-            false => *self
-                .slots
-                .get(usize::try_from(g.checked_sub(self.lo)?).ok()?)?,
-            true => *self.hashed.get(&g)?,
-        };
-        self.held.get((at as usize).checked_sub(1)?)
-    }
-
-    fn contains(&self, g: u64) -> bool {
-        self.find(g).is_some()
-    }
-
-    fn insert(&mut self, g: u64, held: Held) {
-        self.held.push(held);
-        let at = self.held.len() as u32;
-        match self.slots.is_empty() {
-            false => {
-                if let Some(s) = g
-                    .checked_sub(self.lo)
-                    .and_then(|k| self.slots.get_mut(usize::try_from(k).ok()?))
-                {
-                    *s = at;
-                }
-            }
-            true => {
-                self.hashed.insert(g, at);
-            }
+    fn find(&self, g: u64) -> Option<Held<'_>> {
+        if let Some(bytes) = self.seen.as_ref().and_then(|s| s.blocks.get(g)) {
+            return Some(Held::Kept(bytes));
         }
+        self.files.get(&g).map(|(f, path)| Held::File(f, path))
     }
 
     /// Asks the CPU for the head of the stored bytes `range` of data file
@@ -202,35 +277,40 @@ impl Resident {
         }
     }
 
-    fn any_in_files(&self) -> bool {
-        self.held.iter().any(|h| matches!(h, Held::File(..)))
-    }
-
     #[inline]
     fn block(&self, file: usize, b: u64) -> Option<&Bytes> {
-        match self.find(self.numbers.number(file, b)?)? {
-            Held::Kept(bytes) => Some(bytes),
-            Held::File(..) => None,
-        }
+        let g = self.numbers.number(file, b)?;
+        self.seen.as_ref()?.blocks.get(g)
+    }
+
+    /// The data blocks the gather of `entries` read, each once.
+    pub(super) fn blocks_of(&self, entries: &[Entry]) -> Vec<BlockKey> {
+        let size = self.numbers.size;
+        let mut keys: Vec<BlockKey> = entries
+            .iter()
+            .filter(|e| e.stored_len > 0)
+            .flat_map(|e| {
+                let end = e.offset + u64::from(e.stored_len);
+                (size.of(e.offset)..=size.of(end - 1)).map(move |b| (e.file as usize, b))
+            })
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        keys
     }
 
     /// Bytes `range` of `file` from the blocks they lie in, joined if more than
     /// one; `None` if a block is not held or is short.
     fn join(&self, file: usize, range: &Range<u64>) -> Option<Box<[u8]>> {
         let mut out = vec![0u8; usize::try_from(range.end - range.start).ok()?];
-        self.copy(file, range.start, &mut out)?;
+        self.copy_from(file, range.start, &mut out).ok()?;
         Some(out.into_boxed_slice())
     }
 
-    /// Fills `dst` from `file` at `offset`, from each block in turn; `None`
-    /// if a block is not held or is short.
-    fn copy(&self, file: usize, offset: u64, dst: &mut [u8]) -> Option<()> {
-        self.copy_from(file, offset, dst).ok()
-    }
-
-    /// As [`Resident::copy`]; a block file that fails to read (truncated since
-    /// it was opened, say) is a damaged cache block, which the gather drops and
-    /// fetches again.
+    /// Fills `dst` from `file` at `offset`, from each block in turn. A block
+    /// not held or short, or a block file that fails to read (truncated since
+    /// it was opened, say), is a damaged cache block, which the gather drops
+    /// and fetches again.
     fn copy_from(&self, file: usize, offset: u64, dst: &mut [u8]) -> zrecord::Result<()> {
         let not_held = || {
             zrecord::Error::Internal(format!(
@@ -319,7 +399,7 @@ impl RemoteStore {
     /// cache, as the same bytes are on the other way.
     pub(super) fn warm_fetched(&self, idx: &[u64]) -> Result<Option<Fetched>> {
         let s = &self.0;
-        let Some(cache) = &s.cache else {
+        let (Some(cache), Some(kept)) = (&s.cache, &s.kept) else {
             return Ok(None);
         };
         let on_demand = self.on_demand();
@@ -340,95 +420,49 @@ impl RemoteStore {
             },
             false => None,
         };
-        let Some(numbers) = &s.numbers else {
-            return Ok(None);
-        };
+        let numbers = &kept.numbers;
         let size = numbers.size;
         let raw = s.meta.info().schema().codec == zrecord::Codec::Raw;
-        // A table of slots for the whole store when it is small, else for the
-        // span of blocks this gather touches (hashed if that is wide).
-        let (lo, hi) = match numbers.count() <= MOST_SLOTS {
-            true => (0, numbers.count().saturating_sub(1)),
-            false => {
-                let (mut lo, mut hi) = (u64::MAX, 0);
-                for e in &entries {
-                    let end = e.offset + u64::from(e.stored_len);
-                    let (Some(first), Some(last)) = (
-                        numbers.of(e.file as usize, e.offset),
-                        numbers.of(e.file as usize, end.saturating_sub(1).max(e.offset)),
-                    ) else {
-                        return Ok(None);
-                    };
-                    (lo, hi) = (lo.min(first), hi.max(last));
-                }
-                (lo, hi)
-            }
+        let released = cache.released();
+        let mut resident = Resident {
+            numbers: numbers.clone(),
+            seen: kept.seen(cache),
+            files: FxHashMap::default(),
+            joined: FxHashMap::default(),
         };
-        let mut resident = Resident::new(numbers.clone(), lo, hi);
         // Each record's bytes once (a record asked for twice is read, and
-        // counted, once), and each block once, in no order: hashing them costs
-        // less than sorting them.
+        // counted, once): hashing them costs less than sorting them.
         let mut records: FxHashSet<(usize, u64)> = FxHashSet::default();
         records.reserve(entries.len());
-        let mut keys: Vec<BlockKey> = Vec::new();
-        // Blocks of large raw records that memory does not keep, with their
-        // numbers and lengths: opened from the cache's files once the lock is
-        // let go.
-        let mut to_open: Vec<(BlockKey, u64, u64)> = Vec::new();
+        // Blocks the gathers before did not find kept, by data file, block and
+        // number, and whether a large raw record (which may be read from the
+        // block's file) found it so.
+        let mut absent: Vec<(usize, u64, u64, bool)> = Vec::new();
         let mut bytes = 0u64;
-        {
-            let id = s.meta.info().header().checksum;
-            let mut kept = cache.kept_blocks(id);
-            // Named once per gather: records of a store's data files come in
-            // no order, and a name formatted per block cost more than its lookup.
-            let mut names: Vec<Option<String>> = vec![None; s.sizes.len()];
-            for e in &entries {
-                let (file, start) = (e.file as usize, e.offset);
-                let end = start + u64::from(e.stored_len);
-                if end == start || !records.insert((file, start)) {
-                    continue;
-                }
-                bytes += end - start;
-                let read_into = raw && resident.reads_into(e.stored_len as usize);
-                for b in size.of(start)..=size.of(end - 1) {
-                    let Some(g) = numbers.number(file, b) else {
-                        return Ok(None);
-                    };
-                    if resident.contains(g) {
-                        continue;
-                    }
-                    let Some(name) = names.get_mut(file) else {
-                        return Ok(None);
-                    };
-                    let name = name.get_or_insert_with(|| data_file(file));
-                    let len = block_len(&s.sizes, size.bytes, file, b);
-                    match kept.block(name, b, len) {
-                        Some(whole) => resident.insert(g, Held::Kept(whole)),
-                        None if read_into => to_open.push(((file, b), g, len)),
-                        None => return Ok(None),
-                    }
-                    keys.push((file, b));
-                }
-                resident.prefetch_head(file, start..end);
+        for e in &entries {
+            let (file, start) = (e.file as usize, e.offset);
+            let end = start + u64::from(e.stored_len);
+            if end == start || !records.insert((file, start)) {
+                continue;
             }
+            bytes += end - start;
+            let read_into = raw && resident.reads_into(e.stored_len as usize);
+            for b in size.of(start)..=size.of(end - 1) {
+                let Some(g) = numbers.number(file, b) else {
+                    return Ok(None);
+                };
+                if resident.find(g).is_none() {
+                    absent.push((file, b, g, read_into));
+                }
+            }
+            resident.prefetch_head(file, start..end);
         }
-        if !to_open.is_empty() {
-            // Two large records may share a block memory does not keep.
-            to_open.sort_unstable();
-            to_open.dedup();
-            keys.sort_unstable();
-            keys.dedup();
-        }
-        let id = s.meta.info().header().checksum;
-        for ((file, b), g, len) in to_open {
-            let Some((f, path)) = cache.open_held(id, &data_file(file), b, len) else {
-                return Ok(None);
-            };
-            resident.insert(g, Held::File(f, path));
+        if !absent.is_empty() && !self.find_kept(cache, &mut resident, absent, released)? {
+            return Ok(None);
         }
         // A small record in a block left in its file needs the block in
         // memory: the usual way reads it in.
-        if resident.any_in_files()
+        if !resident.files.is_empty()
             && entries
                 .iter()
                 .any(|e| !(raw && resident.reads_into(e.stored_len as usize)))
@@ -460,13 +494,70 @@ impl RemoteStore {
             let (first, last) = s.meta.entry_blocks(i);
             [(INDEX_KEY, first as u64), (INDEX_KEY, last as u64)]
         });
-        s.ahead.used(index_keys.chain(keys.iter().copied()));
+        let data_keys = entries.iter().filter(|e| e.stored_len > 0).flat_map(|e| {
+            let end = e.offset + u64::from(e.stored_len);
+            (size.of(e.offset)..=size.of(end - 1)).map(move |b| (e.file as usize, b))
+        });
+        s.ahead.used(index_keys.chain(data_keys));
         Ok(Some(Fetched {
             view,
             entries,
             payload: Payload::Resident(Box::new(resident)),
-            cached: keys,
         }))
+    }
+
+    /// Finds the blocks `absent` (by data file, block, number, and whether a
+    /// large raw record needs it) in the cache's memory, or for large raw
+    /// records in its files, for `resident`; the blocks found in memory are
+    /// kept for the gathers after this one. `false` if one is in neither.
+    /// `released` is the cache's count of releases before the gather began.
+    fn find_kept(
+        &self,
+        cache: &Cache,
+        resident: &mut Resident,
+        mut absent: Vec<(usize, u64, u64, bool)>,
+        released: u64,
+    ) -> Result<bool> {
+        let s = &self.0;
+        let id = s.meta.info().header().checksum;
+        let bs = resident.numbers.size.bytes;
+        // A block that two records found absent is looked up once; a large
+        // record's claim on it stands.
+        absent.sort_unstable_by_key(|&(file, b, _, read_into)| (file, b, !read_into));
+        absent.dedup_by_key(|&mut (file, b, _, _)| (file, b));
+        let mut found = Vec::with_capacity(absent.len());
+        let mut to_open = Vec::new();
+        {
+            let mut kept = cache.kept_blocks(id);
+            // Named once per gather: a name formatted per block cost more than
+            // its lookup.
+            let mut names: Vec<Option<String>> = vec![None; s.sizes.len()];
+            for &(file, b, g, read_into) in &absent {
+                let Some(name) = names.get_mut(file) else {
+                    return Ok(false);
+                };
+                let name = name.get_or_insert_with(|| data_file(file));
+                let len = block_len(&s.sizes, bs, file, b);
+                match kept.block(name, b, len) {
+                    Some((whole, due)) => found.push((g, whole, due)),
+                    None if read_into => to_open.push((file, b, g, len)),
+                    None => return Ok(false),
+                }
+            }
+        }
+        for (file, b, g, len) in to_open {
+            let Some(opened) = cache.open_held(id, &data_file(file), b, len) else {
+                return Ok(false);
+            };
+            resident.files.insert(g, opened);
+        }
+        if !found.is_empty() {
+            let Some(kept) = &s.kept else {
+                return Ok(false);
+            };
+            resident.seen = Some(kept.add(resident.seen.as_deref(), released, found));
+        }
+        Ok(true)
     }
 }
 
@@ -502,7 +593,7 @@ pub(super) fn begin_behind(
     }))
 }
 
-fn lock(m: &Mutex<Option<Pending>>) -> MutexGuard<'_, Option<Pending>> {
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -539,6 +630,110 @@ impl Begun for Behind {
         match lock(&self.missed).take() {
             Some(p) => p.finish(&self.allocator),
             None => done,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cache of 16-byte blocks keeping blocks 0, 1 and 2 of store 7's first
+    /// data file, block `b` filled with `b`.
+    fn cache_keeping_three(dir: &std::path::Path) -> Cache {
+        let c = Cache::open(dir, 1 << 20, 16).unwrap();
+        for b in 0..3 {
+            c.put(7, "data-000.bin", b, &[b as u8; 16]);
+            c.read(7, "data-000.bin", b, 16, std::slice::from_ref(&(1..2)))
+                .unwrap();
+        }
+        c
+    }
+
+    fn kept(c: &Cache, b: u64) -> (u64, Bytes, Instant) {
+        let (bytes, due) = c.kept_blocks(7).block("data-000.bin", b, 16).unwrap();
+        (b, bytes, due)
+    }
+
+    fn first_byte(seen: &Seen, g: u64) -> Option<u8> {
+        seen.blocks.get(g).map(|b| b[0])
+    }
+
+    #[test]
+    fn blocks_found_kept_are_shared_until_the_cache_lets_one_go() {
+        let d = tempfile::tempdir().unwrap();
+        let c = cache_keeping_three(d.path());
+        let k = KeptData::new(&[48], 16);
+        assert!(k.seen(&c).is_none(), "nothing found yet");
+        let first = k.add(None, c.released(), vec![kept(&c, 0)]);
+        // A set added to keeps the count of releases it began with.
+        let both = k.add(Some(&first), 99, vec![kept(&c, 2)]);
+        let seen = k.seen(&c).unwrap();
+        assert!(Arc::ptr_eq(&seen, &both));
+        assert_eq!(
+            (0..3).map(|g| first_byte(&seen, g)).collect::<Vec<_>>(),
+            [Some(0), None, Some(2)]
+        );
+        assert_eq!(
+            first_byte(&first, 2),
+            None,
+            "a set is replaced, not changed"
+        );
+        c.remove(7, "data-000.bin", 1);
+        assert!(k.seen(&c).is_none(), "the cache let a block go");
+        // Found again, from a count read before they were looked up.
+        let released = c.released();
+        k.add(None, released, vec![kept(&c, 0)]);
+        assert_eq!(k.seen(&c).and_then(|s| first_byte(&s, 0)), Some(0));
+        k.add(None, released - 1, vec![kept(&c, 2)]);
+        assert!(k.seen(&c).is_none(), "a release while they were looked up");
+    }
+
+    #[test]
+    fn a_set_is_dropped_once_a_block_is_due_a_refresh() {
+        let d = tempfile::tempdir().unwrap();
+        let c = cache_keeping_three(d.path());
+        let k = KeptData::new(&[48], 16);
+        let (g, bytes, due) = kept(&c, 1);
+        assert!(due > Instant::now());
+        k.add(None, c.released(), vec![(g, bytes.clone(), due)]);
+        assert!(k.seen(&c).is_some());
+        k.add(
+            None,
+            c.released(),
+            vec![kept(&c, 0), (g, bytes, Instant::now())],
+        );
+        assert!(
+            k.seen(&c).is_none(),
+            "block 1 is due: a read through the cache refreshes it"
+        );
+    }
+
+    #[test]
+    fn stores_of_many_blocks_have_theirs_hashed_not_tabled() {
+        let d = tempfile::tempdir().unwrap();
+        let c = cache_keeping_three(d.path());
+        let (_, bytes, due) = kept(&c, 2);
+        // One block in the first file, the rest in the second.
+        for (size, tabled) in [
+            (16 * (MOST_SLOTS - 1), true),
+            (16 * (MOST_SLOTS - 1) + 1, false),
+        ] {
+            let k = KeptData::new(&[16, size], 16);
+            assert_eq!(k.numbers.count(), 1 + size.div_ceil(16));
+            let last = k.numbers.number(1, size.div_ceil(16) - 1).unwrap();
+            assert_eq!(last, size.div_ceil(16));
+            let seen = k.add(None, c.released(), vec![(last, bytes.clone(), due)]);
+            assert_eq!(matches!(seen.blocks, Slots::Table(_)), tabled);
+            assert_eq!(
+                (first_byte(&seen, last), first_byte(&seen, last - 1)),
+                (Some(2), None)
+            );
+            assert_eq!(
+                k.numbers.number(1, size.div_ceil(16)),
+                None,
+                "past the file"
+            );
         }
     }
 }
