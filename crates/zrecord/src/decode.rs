@@ -91,6 +91,12 @@ impl<I: IndexSource> Metadata<I> {
             } else {
                 &plan.entries[range.clone()]
             };
+            if let Some(rb) = plan
+                .uniform
+                .filter(|&rb| rb > 0 && self.core().raw && !src.reads_into(rb))
+            {
+                return self.copy_raw(&plan.ids[range], entries, rb, dst, src);
+            }
             let mut rest = dst;
             let mut session = self.core().decoder.session();
             for (j, k) in range.enumerate() {
@@ -106,6 +112,30 @@ impl<I: IndexSource> Metadata<I> {
             }
             Ok(())
         })
+    }
+
+    /// Copies raw records of `rb` stored bytes each, whose checked entries are
+    /// `entries` (of the records at `ids`), from `src` end to end into `dst`:
+    /// the loop of [`Metadata::decode_entry`] without its decoder and its
+    /// per-record sizes, which a gather of tiny records pays for as much as
+    /// for the copies themselves.
+    fn copy_raw<S: PayloadSource + ?Sized>(
+        &self,
+        ids: &[u64],
+        entries: &[Entry],
+        rb: usize,
+        dst: &mut [u8],
+        src: &S,
+    ) -> Result<()> {
+        for (j, (slot, e)) in dst.chunks_exact_mut(rb).zip(entries).enumerate() {
+            if let Some(a) = entries.get(j + PREFETCH_AHEAD) {
+                src.prefetch(a.file as usize, a.offset..a.offset + rb as u64);
+            }
+            let stored = self.stored(src, e)?;
+            self.check_stored(e, ids[j], stored)?;
+            slot.copy_from_slice(stored);
+        }
+        Ok(())
     }
 
     /// Whether a record of `len` stored bytes goes straight from `src` into its
@@ -126,21 +156,25 @@ impl<I: IndexSource> Metadata<I> {
         e: &Entry,
         dst: &mut [u8],
     ) -> Result<()> {
-        let checked = self.info().options().checked;
         if self.reads_into(src, dst.len()) {
             src.read_into(e.file as usize, e.offset, dst)?;
-            if checked && xxh3_64(dst) != e.checksum {
-                return Err(self.checksum_error(e, pos));
-            }
-            return Ok(());
+            return self.check_stored(e, pos, dst);
         }
         let stored = self.stored(src, e)?;
-        if checked && xxh3_64(stored) != e.checksum {
-            return Err(self.checksum_error(e, pos));
-        }
+        self.check_stored(e, pos, stored)?;
         session
             .decode(stored, dst)
             .map_err(|msg| self.payload_error(e, pos, msg))
+    }
+
+    /// The stored bytes of record `pos` (entry `e`) against its checksum, when
+    /// the store reads checked.
+    #[inline]
+    fn check_stored(&self, e: &Entry, pos: u64, stored: &[u8]) -> Result<()> {
+        if self.info().options().checked && xxh3_64(stored) != e.checksum {
+            return Err(self.checksum_error(e, pos));
+        }
+        Ok(())
     }
 
     #[cold]

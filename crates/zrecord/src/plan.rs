@@ -25,7 +25,7 @@ pub struct Plan<'a> {
     /// thread.
     pub(crate) entries: Vec<Entry>,
     /// The one logical size of every record of a raw Dense plan.
-    uniform: Option<usize>,
+    pub(crate) uniform: Option<usize>,
     /// Logical bytes of each record.
     pub(crate) sizes: Vec<usize>,
     pub(crate) layout: Option<RaggedLayout>,
