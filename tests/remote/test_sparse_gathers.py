@@ -26,17 +26,6 @@ def write(path, n=N):
     return values
 
 
-def data_gets(server):
-    """(data file, first byte, last byte) of every GET of a data file, in
-    arrival order."""
-    out = []
-    for m, p, rng in server.log():
-        if m == "GET" and "/data-" in p:
-            first, last = rng.removeprefix("bytes=").split("-")
-            out.append((p.rsplit("/", 1)[1], int(first), int(last)))
-    return out
-
-
 def layout(store):
     """Where each record lies, (data file, offset) by position, from the
     store's index (24-byte entries: offset, stored length, data file,
@@ -68,7 +57,7 @@ def fetched_whole(server, store, positions, seconds=60.0):
     want = set(whole_blocks(store, positions))
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        if want <= set(data_gets(server)):
+        if want <= set(server.data_gets()):
             return
         time.sleep(0.05)
     raise AssertionError("the blocks behind the gather were not fetched")
@@ -86,10 +75,10 @@ def test_a_sparse_cold_gather_fetches_its_records_then_the_blocks_whole(tmp_path
     where, _ = layout(tmp_path / "s")
     with open_remote(range_server, tmp_path) as r:
         got = host(r[POSITIONS])
-        returned = len(data_gets(range_server))
+        returned = len(range_server.data_gets())
         np.testing.assert_array_equal(got, values[POSITIONS])
         fetched_whole(range_server, tmp_path / "s", POSITIONS)
-        gets = data_gets(range_server)
+        gets = range_server.data_gets()
         records = sorted((where[p][0], where[p][1], where[p][1] + RECORD - 1) for p in POSITIONS)
         small = [g for g in gets if g[2] - g[1] + 1 < BLOCK // 2]
         whole = [g for g in gets if g[2] - g[1] + 1 >= BLOCK // 2]
@@ -101,14 +90,14 @@ def test_a_sparse_cold_gather_fetches_its_records_then_the_blocks_whole(tmp_path
         # The blocks are in the cache: the same gather again asks for nothing.
         range_server.reset_counts()
         np.testing.assert_array_equal(host(r[POSITIONS]), values[POSITIONS])
-        assert data_gets(range_server) == []
+        assert range_server.data_gets() == []
 
 
 def test_without_read_ahead_the_gather_fetches_whole_blocks(tmp_path, range_server):
     values = write(tmp_path / "s")
     with open_remote(range_server, tmp_path, read_ahead_bytes="0") as r:
         np.testing.assert_array_equal(host(r[POSITIONS]), values[POSITIONS])
-        assert sorted(data_gets(range_server)) == whole_blocks(tmp_path / "s", POSITIONS)
+        assert sorted(range_server.data_gets()) == whole_blocks(tmp_path / "s", POSITIONS)
 
 
 def test_a_gather_using_its_blocks_densely_fetches_them_whole(tmp_path, range_server):
@@ -116,7 +105,7 @@ def test_a_gather_using_its_blocks_densely_fetches_them_whole(tmp_path, range_se
     with open_remote(range_server, tmp_path) as r:
         every = np.arange(0, N, 8)  # two of every 16 records of every block
         np.testing.assert_array_equal(host(r[every]), values[every])
-        assert sorted(data_gets(range_server)) == whole_blocks(tmp_path / "s", every)
+        assert sorted(range_server.data_gets()) == whole_blocks(tmp_path / "s", every)
 
 
 def test_blocks_fetched_behind_do_not_hold_the_read_ahead_budget(tmp_path, range_server):
@@ -145,4 +134,4 @@ def test_blocks_fetched_behind_do_not_hold_the_read_ahead_budget(tmp_path, range
         range_server.reset_counts()
         for positions in (first, second):
             np.testing.assert_array_equal(host(r[positions]), values[positions])
-        assert data_gets(range_server) == []
+        assert range_server.data_gets() == []

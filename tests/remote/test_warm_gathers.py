@@ -13,16 +13,6 @@ from loaderx.zrecord import Cache, Dense
 RECORD = 120
 
 
-def data_gets(server):
-    return [(p, rng) for m, p, rng in server.log() if m == "GET" and "/data-" in p]
-
-
-def range_bytes(rng):
-    """How many bytes a request's ``bytes=first-last`` range asks for."""
-    first, last = rng.removeprefix("bytes=").split("-")
-    return int(last) - int(first) + 1
-
-
 def open_cached(server, kind, tmp_path):
     cache = Cache(tmp_path / "cache", max_bytes=1 << 30, block_bytes=4096)
     return opener(kind)(server.url + "/s", storage_options=HTTP_STORAGE_OPTIONS, cache=cache)
@@ -40,7 +30,7 @@ def test_gathers_from_memory_equal_the_local_store(tmp_path, range_server, kind,
             check(r, kind, want, positions)
             if kind == "dense":
                 np.testing.assert_array_equal(host(r[positions]), host(local[positions]))
-        assert data_gets(range_server) == []
+        assert range_server.data_gets() == []
 
 
 def test_a_warm_gather_counts_its_bytes_as_from_the_cache(tmp_path, range_server):
@@ -65,13 +55,13 @@ def test_a_gather_missing_one_block_fetches_that_block_alone(tmp_path, range_ser
         # memory; the last record lies in the last block of the last one.
         positions = np.array([*range(10), N - 1])
         check(r, "dense", want, positions)
-        gets = data_gets(range_server)
+        gets = range_server.data_gets()
         assert len(gets) == 1
-        block = range_bytes(gets[0][1])
+        block = gets[0][2] - gets[0][1] + 1
         assert r.traffic() == (fetched + block, from_cache + 10 * RECORD)
         range_server.reset_counts()
         check(r, "dense", want, positions)
-        assert data_gets(range_server) == []
+        assert range_server.data_gets() == []
 
 
 @pytest.mark.parametrize("codec", ["raw", "zstd"])
@@ -94,7 +84,7 @@ def test_large_records_across_blocks_read_from_memory_equal_the_local_store(
         for positions in ([23, 0, 11, 12, 5], [1, 1, 2], list(range(24))[::-1]):
             ids = np.array(positions)
             np.testing.assert_array_equal(host(r[ids]), want[ids])
-        assert data_gets(range_server) == []
+        assert range_server.data_gets() == []
 
 
 def test_a_gather_begun_after_a_warm_one_fetches_what_memory_lacks(tmp_path, range_server):
@@ -113,9 +103,9 @@ def test_a_gather_begun_after_a_warm_one_fetches_what_memory_lacks(tmp_path, ran
         begun = [r._begin(p, None) for p in steps]
         for p, b in zip(steps, begun, strict=True):
             np.testing.assert_array_equal(host(b()), want[p])
-        gets = data_gets(range_server)
+        gets = range_server.data_gets()
         assert len(gets) == 1
-        block = range_bytes(gets[0][1])
+        block = gets[0][2] - gets[0][1] + 1
         # The records read from memory or the cache, 10 + 10 + 10 + 2 + 5, and
         # the one block fetched, for record N - 1.
         assert r.traffic() == (fetched + block, from_cache + 37 * RECORD)
@@ -147,7 +137,7 @@ def test_large_records_are_read_from_the_cache_files_into_their_output(tmp_path,
         before = r.traffic()
         for p in picks:
             np.testing.assert_array_equal(host(r[p]), values[p.astype(np.int64)])
-        assert data_gets(range_server) == []
+        assert range_server.data_gets() == []
         after = r.traffic()
         unique = sum(len(set(p.tolist())) for p in picks)
         assert after.fetched - before.fetched == 0
@@ -165,7 +155,7 @@ def test_large_records_are_read_from_the_cache_files_into_their_output(tmp_path,
             with open(p, "r+b") as f:
                 f.truncate(0 if k % 2 else p.stat().st_size // 2)
         np.testing.assert_array_equal(host(r[np.arange(48)]), values)
-        assert data_gets(range_server) != []
+        assert range_server.data_gets() != []
 
 
 @pytest.mark.parametrize(
@@ -188,4 +178,4 @@ def test_warm_gathers_find_their_blocks_at_any_block_size(tmp_path, range_server
         # Records cross blocks (120 bytes each), the last block is short.
         for positions in (POSITIONS, np.arange(N)[::-1].copy(), np.array([N - 1, 0, N - 1])):
             np.testing.assert_array_equal(host(r[positions]), host(local[positions]))
-        assert data_gets(range_server) == []
+        assert range_server.data_gets() == []

@@ -12,8 +12,6 @@ again and again."""
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
 from remote_servers import HTTP_STORAGE_OPTIONS, FaultProxy
@@ -31,14 +29,7 @@ WINDOW = 4 * BLOCK
 
 def data_bytes_fetched(server) -> int:
     """Bytes of data files the server was asked for, from the Range headers."""
-    total = 0
-    for method, path, rng in server.log():
-        if method != "GET" or "/data-" not in path:
-            continue
-        m = re.fullmatch(r"bytes=(\d+)-(\d+)", rng or "")
-        assert m is not None, (path, rng)
-        total += int(m[2]) - int(m[1]) + 1
-    return total
+    return sum(last - first + 1 for _, first, last in server.data_gets())
 
 
 @pytest.fixture

@@ -234,6 +234,18 @@ class _Base:
         with self._count_lock:
             return list(self._log)
 
+    def data_gets(self) -> list[tuple[str, int, int]]:
+        """(data file name, first byte, last byte) of every GET of a data file,
+        in arrival order; each must carry one byte range."""
+        out = []
+        for method, p, rng in self.log():
+            if method != "GET" or "/data-" not in p:
+                continue
+            m = re.fullmatch(r"bytes=(\d+)-(\d+)", rng or "")
+            assert m is not None, (p, rng)
+            out.append((p.rsplit("/", 1)[1], int(m[1]), int(m[2])))
+        return out
+
     def block_gets(self, path: str, block_bytes: int) -> dict[int, int]:
         """Per block of `block_bytes` of ``path``, how many GETs asked for bytes
         in it; each GET of ``path`` must carry one byte range."""
