@@ -34,24 +34,11 @@ from pathlib import Path
 
 import numpy as np
 
+from loaderx_bench.at_scale import values, write_store
 from loaderx_bench.machine import one_bench_at_a_time
 from loaderx_bench.report import finish_results, start_results, table
 
 BATCH = 256
-CHUNK = 1 << 20
-
-
-def values(ids: np.ndarray) -> np.ndarray:
-    ids = ids.astype(np.int64)
-    return np.stack([ids, 3 * ids + 1], axis=1)
-
-
-def write_store(path: Path, n: int) -> None:
-    from loaderx.zrecord import Dense
-
-    with Dense.create(path, np.int64, (2,), codec="raw") as w:
-        for start in range(0, n, CHUNK):
-            w.append(values(np.arange(start, min(start + CHUNK, n))))
 
 
 def host(records) -> np.ndarray:
