@@ -18,11 +18,9 @@ and read in fresh processes:
   pass, against the same share of the store), its requests per second, and the
   process's RSS and PSS at the end. A pass of at most 10,000 steps is timed
   three times, each from an empty cache, and the run of median rate kept (with
-  its traffic and warm pass). Before each cold pass the disk is synced, and
-  nothing is deleted until every size is done (stores, uploads and caches
-  together: about 15 GB for 1, 10 and 100 million records): on a disk mounted
-  with discard, deleting hundreds of MiB just before a pass stalled that
-  pass's cache writes for seconds;
+  its traffic and warm pass). Before each cold pass the disk is synced, and the
+  caches are deleted only once a size is done: deleting one just before a pass
+  stalled that pass's writes for seconds on a disk mounted with discard;
 * **warm pass**: the same steps again from the cache the cold pass filled,
   against the same steps from the local store.
 
@@ -205,6 +203,8 @@ def measure(n: int, work: Path, latencies: list[float], args) -> list[dict]:
     finally:
         if s3 is not None:
             s3.stop()
+        shutil.rmtree(work / "s3", ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
     return rows
 
 
@@ -226,7 +226,7 @@ def measure_one(
         # Each cold pass starts with nothing of the runs before it still being
         # written back or deleted: on a disk mounted with discard, deleting a
         # cache of hundreds of MiB stalls the writes that follow it for
-        # seconds. Nothing is deleted until every size's runs are done.
+        # seconds. The caches are deleted once all of a size's runs are done.
         os.sync()
         server.reset_counts()
         cold = run("pass", url, cache, steps, options)
