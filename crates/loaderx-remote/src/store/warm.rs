@@ -234,6 +234,18 @@ impl KeptData {
     }
 }
 
+/// The data blocks (data file, block) that the stored bytes of `entries` lie
+/// in, in entry order, a block once per entry that lies in it.
+fn entry_blocks(size: BlockSize, entries: &[Entry]) -> impl Iterator<Item = BlockKey> + '_ {
+    entries
+        .iter()
+        .filter(|e| e.stored_len > 0)
+        .flat_map(move |e| {
+            let end = e.offset + u64::from(e.stored_len);
+            (size.of(e.offset)..=size.of(end - 1)).map(move |b| (e.file as usize, b))
+        })
+}
+
 /// Whole data blocks held in memory or in the cache's files, as the format
 /// crate asks for their bytes.
 pub(crate) struct Resident {
@@ -285,15 +297,7 @@ impl Resident {
 
     /// The data blocks the gather of `entries` read, each once.
     pub(super) fn blocks_of(&self, entries: &[Entry]) -> Vec<BlockKey> {
-        let size = self.numbers.size;
-        let mut keys: Vec<BlockKey> = entries
-            .iter()
-            .filter(|e| e.stored_len > 0)
-            .flat_map(|e| {
-                let end = e.offset + u64::from(e.stored_len);
-                (size.of(e.offset)..=size.of(end - 1)).map(move |b| (e.file as usize, b))
-            })
-            .collect();
+        let mut keys: Vec<BlockKey> = entry_blocks(self.numbers.size, entries).collect();
         keys.sort_unstable();
         keys.dedup();
         keys
@@ -457,7 +461,7 @@ impl RemoteStore {
             }
             resident.prefetch_head(file, start..end);
         }
-        if !absent.is_empty() && !self.find_kept(cache, &mut resident, absent, released)? {
+        if !absent.is_empty() && !self.find_kept(cache, kept, &mut resident, absent, released)? {
             return Ok(None);
         }
         // A small record in a block left in its file needs the block in
@@ -494,11 +498,7 @@ impl RemoteStore {
             let (first, last) = s.meta.entry_blocks(i);
             [(INDEX_KEY, first as u64), (INDEX_KEY, last as u64)]
         });
-        let data_keys = entries.iter().filter(|e| e.stored_len > 0).flat_map(|e| {
-            let end = e.offset + u64::from(e.stored_len);
-            (size.of(e.offset)..=size.of(end - 1)).map(move |b| (e.file as usize, b))
-        });
-        s.ahead.used(index_keys.chain(data_keys));
+        s.ahead.used(index_keys.chain(entry_blocks(size, &entries)));
         Ok(Some(Fetched {
             view,
             entries,
@@ -509,11 +509,12 @@ impl RemoteStore {
     /// Finds the blocks `absent` (by data file, block, number, and whether a
     /// large raw record needs it) in the cache's memory, or for large raw
     /// records in its files, for `resident`; the blocks found in memory are
-    /// kept for the gathers after this one. `false` if one is in neither.
+    /// added to `kept` for the gathers after this one. `false` if one is in neither.
     /// `released` is the cache's count of releases before the gather began.
     fn find_kept(
         &self,
         cache: &Cache,
+        kept: &KeptData,
         resident: &mut Resident,
         mut absent: Vec<(usize, u64, u64, bool)>,
         released: u64,
@@ -528,7 +529,7 @@ impl RemoteStore {
         let mut found = Vec::with_capacity(absent.len());
         let mut to_open = Vec::new();
         {
-            let mut kept = cache.kept_blocks(id);
+            let mut memory = cache.kept_blocks(id);
             // Named once per gather: a name formatted per block cost more than
             // its lookup.
             let mut names: Vec<Option<String>> = vec![None; s.sizes.len()];
@@ -538,7 +539,7 @@ impl RemoteStore {
                 };
                 let name = name.get_or_insert_with(|| data_file(file));
                 let len = block_len(&s.sizes, bs, file, b);
-                match kept.block(name, b, len) {
+                match memory.block(name, b, len) {
                     Some((whole, due)) => found.push((g, whole, due)),
                     None if read_into => to_open.push((file, b, g, len)),
                     None => return Ok(false),
@@ -552,9 +553,6 @@ impl RemoteStore {
             resident.files.insert(g, opened);
         }
         if !found.is_empty() {
-            let Some(kept) = &s.kept else {
-                return Ok(false);
-            };
             resident.seen = Some(kept.add(resident.seen.as_deref(), released, found));
         }
         Ok(true)
