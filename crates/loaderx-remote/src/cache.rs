@@ -28,12 +28,14 @@ use std::ops::Range;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use loaderx_gather::{Error, Result};
 use rustc_hash::FxHashMap;
+
+use memory::{Kept, Memory, Pool};
 
 /// Block size when the caller does not choose: large enough that a block is
 /// worth a request, small enough that a random record does not drag much else in.
@@ -54,20 +56,16 @@ const TOUCH_AFTER: Duration = Duration::from_secs(10);
 const STALE_TEMP: Duration = Duration::from_secs(3600);
 
 /// A block read from disk is read whole and kept in memory, for later gathers to
-/// find without a system call, while the process keeps less than `KEPT_BYTES`.
-/// Past that, parts of records averaging at least `READ_ALONE_BYTES` are read
-/// alone, and smaller ones still bring their block in, in place of another: a
-/// system call costs little against the copy of a large record, and for small
-/// records it would cost more than the record.
-const KEPT_BYTES: u64 = 256 << 20;
+/// find without a system call, while the process's caches keep less than their
+/// budget ([`memory`]). Past that, parts of records averaging at least
+/// `READ_ALONE_BYTES` are read alone, and smaller ones still bring their block
+/// in, in place of another: a system call costs little against the copy of a
+/// large record, and for small records it would cost more than the record.
 const READ_ALONE_BYTES: u64 = 32 << 10;
 /// Blocks larger than this are never read whole for a few records.
 const KEEP_MAX_BLOCK: u64 = 4 << 20;
 /// Two parts of one block this close are read by one system call.
 const MERGE_GAP: u64 = 4 << 10;
-
-/// Bytes of blocks kept in memory by every cache of this process.
-static KEPT: AtomicU64 = AtomicU64::new(0);
 
 /// A block by store (header checksum), data file and number.
 type Key = (u64, String, u64);
@@ -83,12 +81,7 @@ pub struct Cache {
     evicting: Mutex<()>,
     /// Blocks this cache read lately, kept whole in memory so that a warm
     /// gather makes no system call.
-    kept: Mutex<FxHashMap<Key, Kept>>,
-    /// How many blocks memory has let go of, ever: a copy of what it keeps
-    /// ([`Cache::released`]) is stale once this moves.
-    released: AtomicU64,
-    /// `KEPT_BYTES` but in tests.
-    kept_limit: u64,
+    memory: Arc<Memory>,
 }
 
 /// The blocks a cache keeps in memory for one store, looked up under one lock
@@ -115,13 +108,6 @@ impl KeptBlocks<'_> {
         let due = k.touched + TOUCH_AFTER;
         (self.now <= due && k.bytes.len() as u64 == len).then(|| (k.bytes.clone(), due))
     }
-}
-
-/// A block kept in memory and when this process last refreshed its file's time.
-#[derive(Debug)]
-struct Kept {
-    bytes: Bytes,
-    touched: Instant,
 }
 
 fn io(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
@@ -326,9 +312,7 @@ impl Cache {
             block_bytes,
             held: AtomicU64::new(0),
             evicting: Mutex::new(()),
-            kept: Mutex::new(FxHashMap::default()),
-            released: AtomicU64::new(0),
-            kept_limit: KEPT_BYTES,
+            memory: Pool::process().member(),
         };
         cache.evict();
         Ok(cache)
@@ -390,10 +374,9 @@ impl Cache {
             .filter(|r| r.start > 0 && r.end < len)
             .fold((0u64, 0u64), |(n, b), r| (n + 1, b + (r.end - r.start)));
         let small = inside > 0 && bytes < READ_ALONE_BYTES.saturating_mul(inside);
-        let room = KEPT.load(Ordering::Relaxed).saturating_add(len) <= self.kept_limit;
-        if len <= KEEP_MAX_BLOCK && (small || room) {
+        if len <= KEEP_MAX_BLOCK && (small || self.memory.has_room(len)) {
             let whole = Bytes::from(read_at(&f, 0, len)?);
-            self.keep(key, whole.clone(), small);
+            self.memory.keep(key, whole.clone(), small);
             return Some(slices(&whole, 0, ranges));
         }
         let mut out = Vec::with_capacity(ranges.len());
@@ -419,7 +402,7 @@ impl Cache {
     /// without reading it: what read-ahead skips.
     pub(crate) fn holds(&self, store: u64, file: &str, block: u64, len: u64) -> bool {
         let key = (store, file.to_string(), block);
-        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        let kept = self.memory.lock();
         if kept.get(&key).is_some_and(|k| k.bytes.len() as u64 == len) {
             return true;
         }
@@ -434,8 +417,9 @@ impl Cache {
     /// copy too, and the block is fetched and written again.
     fn kept_block(&self, key: &Key, len: u64) -> Option<Bytes> {
         let now = Instant::now();
+        self.memory.read(now);
         let bytes = {
-            let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+            let mut kept = self.memory.lock();
             let k = kept.get_mut(key)?;
             if now.duration_since(k.touched) <= TOUCH_AFTER && k.bytes.len() as u64 == len {
                 return Some(k.bytes.clone());
@@ -450,7 +434,7 @@ impl Cache {
                 Some(bytes)
             }
             _ => {
-                self.forget(key);
+                self.memory.forget(key);
                 None
             }
         }
@@ -460,63 +444,27 @@ impl Cache {
     /// lock held until the result is dropped: what a warm gather reads all its
     /// blocks through, with no system call and no allocation per block.
     pub(crate) fn kept_blocks(&self, store: u64) -> KeptBlocks<'_> {
+        let now = Instant::now();
+        self.memory.read(now);
         KeptBlocks {
-            kept: self.kept.lock().unwrap_or_else(|e| e.into_inner()),
+            kept: self.memory.lock(),
             key: (store, String::new(), 0),
-            now: Instant::now(),
+            now,
         }
     }
 
-    /// Keeps `bytes`, block `key`, in memory if the process keeps less than
-    /// `KEPT_BYTES`, or (with `evict`) giving up others of this cache.
-    fn keep(&self, key: Key, bytes: Bytes, evict: bool) {
-        let n = bytes.len() as u64;
-        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-        if kept.contains_key(&key) {
-            return;
-        }
-        while KEPT.load(Ordering::Relaxed).saturating_add(n) > self.kept_limit {
-            if !evict {
-                return;
-            }
-            // Any one: the map's order is as good as random, and random
-            // replacement does not thrash on a cyclic pattern as LRU would.
-            let Some(k) = kept.keys().next().cloned() else {
-                return;
-            };
-            if let Some(old) = kept.remove(&k) {
-                self.released.fetch_add(1, Ordering::Relaxed);
-                KEPT.fetch_sub(old.bytes.len() as u64, Ordering::Relaxed);
-            }
-        }
-        KEPT.fetch_add(n, Ordering::Relaxed);
-        kept.insert(
-            key,
-            Kept {
-                bytes,
-                touched: Instant::now(),
-            },
-        );
+    /// Notes that a gather read blocks this cache keeps in memory at `now`
+    /// through a copy of them it was handed before, which touches nothing
+    /// here: a cache idle for a while gives its memory up to the process's
+    /// other caches first.
+    pub(crate) fn read_kept(&self, now: Instant) {
+        self.memory.read(now);
     }
 
-    fn forget(&self, key: &Key) {
-        let old = self
-            .kept
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(key);
-        if let Some(old) = old {
-            self.released.fetch_add(1, Ordering::Relaxed);
-            KEPT.fetch_sub(old.bytes.len() as u64, Ordering::Relaxed);
-        }
-    }
-
-    /// How many blocks this cache's memory has let go of: a copy of the blocks
-    /// it keeps taken when this read `n` still holds only blocks it keeps while
-    /// this reads `n`. Relaxed: a gather that misses a release by a moment only
-    /// reads a block a moment longer, whose bytes its copy holds.
+    /// How many blocks this cache's memory has let go of, ever
+    /// ([`Memory::released`]).
     pub(crate) fn released(&self) -> u64 {
-        self.released.load(Ordering::Relaxed)
+        self.memory.released()
     }
 
     /// The cache file at `path`, opened, if it is a regular file of `len`
@@ -580,7 +528,7 @@ impl Cache {
 
     /// Forgets a block found damaged.
     pub(crate) fn remove(&self, store: u64, file: &str, block: u64) {
-        self.forget(&(store, file.to_string(), block));
+        self.memory.forget(&(store, file.to_string(), block));
         let _ = fs::remove_file(self.block_path(store, file, block));
     }
 
@@ -697,14 +645,6 @@ impl Cache {
     }
 }
 
-impl Drop for Cache {
-    fn drop(&mut self) {
-        let kept = self.kept.get_mut().unwrap_or_else(|e| e.into_inner());
-        let n: u64 = kept.values().map(|k| k.bytes.len() as u64).sum();
-        KEPT.fetch_sub(n, Ordering::Relaxed);
-    }
-}
-
 /// A file of the cache's own, as eviction found it.
 struct OwnFile {
     mtime: SystemTime,
@@ -724,6 +664,7 @@ fn slices(bytes: &Bytes, at: u64, ranges: &[Range<u64>]) -> Vec<Bytes> {
 static TEMP_SEQ: AtomicU64 = AtomicU64::new(0);
 
 mod claim;
+mod memory;
 
 #[cfg(test)]
 #[allow(clippy::single_range_in_vec_init)] // one range is a case to test

@@ -42,7 +42,7 @@ fn blocks_round_trip_and_a_wrong_length_is_a_miss() {
 fn past_the_memory_limit_large_parts_are_read_alone_and_merged_when_close() {
     let d = tempfile::tempdir().unwrap();
     let mut c = Cache::open(d.path(), 1 << 30, 1 << 20).unwrap();
-    c.kept_limit = 0;
+    c.memory = Pool::new(0).member();
     let block: Vec<u8> = (0..1u32 << 20).map(|i| (i % 251) as u8).collect();
     c.put(1, "data-002.bin", 0, &block);
     let ranges = [0..40_000, 41_000..100_000, 600_000..700_000];
@@ -55,15 +55,12 @@ fn past_the_memory_limit_large_parts_are_read_alone_and_merged_when_close() {
     let tail = [(1 << 20) - 100..1 << 20];
     let got = c.read(1, "data-002.bin", 0, 1 << 20, &tail).unwrap();
     assert_eq!(&got[0][..], &block[(1 << 20) - 100..]);
-    assert!(
-        c.kept.lock().unwrap().is_empty(),
-        "large parts are not kept"
-    );
+    assert!(c.memory.lock().is_empty(), "large parts are not kept");
     // Small parts would take another block's place; with none to give up,
     // their block is read and not kept.
     let got = c.read(1, "data-002.bin", 0, 1 << 20, &[500..600]).unwrap();
     assert_eq!(&got[0][..], &block[500..600]);
-    assert!(c.kept.lock().unwrap().is_empty());
+    assert!(c.memory.lock().is_empty());
     // Truncated by another process: a miss, never a fault, and the damaged
     // file goes.
     let path = c.block_path(1, "data-002.bin", 0);
@@ -116,7 +113,7 @@ fn small_parts_keep_their_block_in_memory() {
     );
     c.remove(1, "data-000.bin", 5);
     assert!(c.read(1, "data-000.bin", 5, 4096, &[10..20]).is_none());
-    assert!(c.kept.lock().unwrap().is_empty());
+    assert!(c.memory.lock().is_empty());
 }
 
 #[test]
@@ -316,7 +313,7 @@ fn kept_blocks_are_those_read_whole_and_fresh_at_their_length() {
     assert!(c.kept_blocks(8).block("data-000.bin", 3, 16).is_none());
     // A block whose file's time is due for a refresh goes through `read`.
     {
-        let mut map = c.kept.lock().unwrap();
+        let mut map = c.memory.lock();
         for k in map.values_mut() {
             k.touched = Instant::now() - TOUCH_AFTER - Duration::from_secs(1);
         }
@@ -330,7 +327,8 @@ fn kept_blocks_are_those_read_whole_and_fresh_at_their_length() {
 fn blocks_memory_lets_go_of_are_counted_whether_evicted_or_removed() {
     let d = tempfile::tempdir().unwrap();
     let mut c = Cache::open(d.path(), 1 << 20, 16).unwrap();
-    for b in 0..3 {
+    c.memory = Pool::new(32).member();
+    for b in 0..4 {
         c.put(7, "data-000.bin", b, &[b as u8; 16]);
     }
     c.read(7, "data-000.bin", 0, 16, &[1..2]).unwrap();
@@ -340,10 +338,88 @@ fn blocks_memory_lets_go_of_are_counted_whether_evicted_or_removed() {
     assert_eq!(c.released(), 1);
     c.remove(7, "data-000.bin", 0);
     assert_eq!(c.released(), 1, "nothing kept was removed");
-    // With no room left, keeping block 2 gives up block 1 (and then finds
-    // no room for itself).
-    c.kept_limit = 0;
     c.read(7, "data-000.bin", 2, 16, &[1..2]).unwrap();
+    assert_eq!(c.released(), 1, "there was room");
+    // With no room left, keeping block 3 gives up block 1 or 2.
+    c.read(7, "data-000.bin", 3, 16, &[1..2]).unwrap();
     assert_eq!(c.released(), 2);
-    assert!(c.kept.lock().unwrap().is_empty());
+    assert_eq!(c.memory.lock().len(), 2);
+    assert!(c.kept_blocks(7).block("data-000.bin", 3, 16).is_some());
+}
+
+/// Two caches in two directories drawing on one pool of `limit` bytes, as the
+/// caches of two stores opened by one process draw on the process's.
+fn two_caches(limit: u64) -> (tempfile::TempDir, Cache, Cache) {
+    let d = tempfile::tempdir().unwrap();
+    let pool = Pool::new(limit);
+    let open = |name: &str| {
+        let mut c = Cache::open(&d.path().join(name), 1 << 20, 16).unwrap();
+        c.memory = pool.member();
+        for b in 0..4 {
+            c.put(7, "data-000.bin", b, &[b as u8; 16]);
+        }
+        c
+    };
+    let (a, b) = (open("a"), open("b"));
+    (d, a, b)
+}
+
+fn kept_count(c: &Cache) -> usize {
+    c.memory.lock().len()
+}
+
+#[test]
+fn a_cache_makes_room_from_the_cache_keeping_the_most() {
+    let (_d, a, b) = two_caches(32);
+    // Cache a fills the pool with two blocks.
+    for block in 0..2 {
+        a.read(7, "data-000.bin", block, 16, &[1..2]).unwrap();
+    }
+    assert_eq!((kept_count(&a), kept_count(&b)), (2, 0));
+    // Small parts of b's blocks keep them, in place of a's: before, a cache
+    // made room only among its own blocks, and b, keeping none, kept nothing.
+    b.read(7, "data-000.bin", 0, 16, &[1..2]).unwrap();
+    assert_eq!((kept_count(&a), kept_count(&b)), (1, 1));
+    assert_eq!((a.released(), b.released()), (1, 0));
+    assert!(b.kept_blocks(7).block("data-000.bin", 0, 16).is_some());
+    // With one block each, b's next block takes the room of one of them.
+    b.read(7, "data-000.bin", 1, 16, &[1..2]).unwrap();
+    assert_eq!(kept_count(&a) + kept_count(&b), 2);
+    assert!(b.kept_blocks(7).block("data-000.bin", 1, 16).is_some());
+    assert_eq!(a.released() + b.released(), 2);
+}
+
+#[test]
+fn a_dropped_cache_gives_its_memory_back_to_the_pool() {
+    let (_d, a, b) = two_caches(32);
+    for block in 0..2 {
+        a.read(7, "data-000.bin", block, 16, &[0..16]).unwrap();
+    }
+    assert_eq!(kept_count(&a), 2);
+    // Parts as large as the block are read alone when the pool is full...
+    b.read(7, "data-000.bin", 0, 16, &[0..16]).unwrap();
+    assert_eq!(kept_count(&b), 0);
+    drop(a);
+    // ...and their block is kept once there is room again.
+    b.read(7, "data-000.bin", 0, 16, &[0..16]).unwrap();
+    b.read(7, "data-000.bin", 1, 16, &[0..16]).unwrap();
+    assert_eq!(kept_count(&b), 2);
+}
+
+#[test]
+fn a_cache_idle_for_a_while_gives_its_memory_up_first() {
+    let (_d, a, b) = two_caches(48);
+    a.read(7, "data-000.bin", 0, 16, &[1..2]).unwrap();
+    b.read(7, "data-000.bin", 0, 16, &[1..2]).unwrap();
+    b.read(7, "data-000.bin", 1, 16, &[1..2]).unwrap();
+    assert_eq!((kept_count(&a), kept_count(&b)), (1, 2));
+    // Both in use: room comes from the one keeping the most, b itself.
+    b.read(7, "data-000.bin", 2, 16, &[1..2]).unwrap();
+    assert_eq!((kept_count(&a), kept_count(&b)), (1, 2));
+    assert_eq!((a.released(), b.released()), (0, 1));
+    // a not read for longer than IDLE: its block goes first.
+    a.memory.read(Instant::now() - Duration::from_secs(2));
+    b.read(7, "data-000.bin", 3, 16, &[1..2]).unwrap();
+    assert_eq!((kept_count(&a), kept_count(&b)), (0, 3));
+    assert_eq!((a.released(), b.released()), (1, 1));
 }

@@ -197,11 +197,10 @@ impl KeptData {
 
     /// The blocks gathers found kept, if the cache still keeps them all.
     fn seen(&self, cache: &Cache) -> Option<Arc<Seen>> {
+        let now = Instant::now();
+        cache.read_kept(now);
         let mut seen = lock(&self.seen);
-        if seen
-            .as_ref()
-            .is_some_and(|s| !s.holds(cache, Instant::now()))
-        {
+        if seen.as_ref().is_some_and(|s| !s.holds(cache, now)) {
             *seen = None;
         }
         seen.clone()
