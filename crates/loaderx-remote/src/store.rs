@@ -23,6 +23,7 @@ use crate::runtime::{block_on, pid, spawn};
 
 mod ahead;
 mod open;
+mod passed;
 mod pending;
 mod warm;
 
@@ -116,9 +117,13 @@ impl RemoteStore {
             opts,
             fetcher: Mutex::new((pid(), fetcher)),
             sizes: meta.info().header().shard_sizes.as_slice().into(),
-            kept: cache
-                .as_ref()
-                .map(|c| warm::KeptData::new(&meta.info().header().shard_sizes, c.block_bytes())),
+            kept: cache.as_ref().map(|c| {
+                warm::KeptData::new(
+                    &meta.info().header().shard_sizes,
+                    c.block_bytes(),
+                    meta.len(),
+                )
+            }),
             meta,
             cache,
             warm_streak: AtomicBool::new(false),

@@ -132,7 +132,7 @@ impl<I: IndexSource> Metadata<I> {
                 src.prefetch(a.file as usize, a.offset..a.offset + rb as u64);
             }
             let stored = self.stored(src, e)?;
-            self.check_stored(e, ids[j], stored)?;
+            self.check_stored(src, e, ids[j], stored)?;
             slot.copy_from_slice(stored);
         }
         Ok(())
@@ -158,22 +158,33 @@ impl<I: IndexSource> Metadata<I> {
     ) -> Result<()> {
         if self.reads_into(src, dst.len()) {
             src.read_into(e.file as usize, e.offset, dst)?;
-            return self.check_stored(e, pos, dst);
+            return self.check_stored(src, e, pos, dst);
         }
         let stored = self.stored(src, e)?;
-        self.check_stored(e, pos, stored)?;
+        self.check_stored(src, e, pos, stored)?;
         session
             .decode(stored, dst)
             .map_err(|msg| self.payload_error(e, pos, msg))
     }
 
-    /// The stored bytes of record `pos` (entry `e`) against its checksum, when
-    /// the store reads checked.
+    /// The stored bytes of record `pos` (entry `e`), as `src` gave them,
+    /// against its checksum, when the store reads checked and `src` has not
+    /// seen these very bytes pass before.
     #[inline]
-    fn check_stored(&self, e: &Entry, pos: u64, stored: &[u8]) -> Result<()> {
-        if self.info().options().checked && xxh3_64(stored) != e.checksum {
+    fn check_stored<S: PayloadSource + ?Sized>(
+        &self,
+        src: &S,
+        e: &Entry,
+        pos: u64,
+        stored: &[u8],
+    ) -> Result<()> {
+        if !self.info().options().checked || src.checked_before(pos, stored.len()) {
+            return Ok(());
+        }
+        if xxh3_64(stored) != e.checksum {
             return Err(self.checksum_error(e, pos));
         }
+        src.passed_check(pos, stored.len());
         Ok(())
     }
 

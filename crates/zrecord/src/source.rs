@@ -61,6 +61,21 @@ pub trait PayloadSource: Sync {
             prefetch_head(head);
         }
     }
+
+    /// Whether the `len` stored bytes of record `pos` this source gives have
+    /// matched the record's checksum before ([`PayloadSource::passed_check`])
+    /// and cannot have changed since, so that a checked read need not hash
+    /// them again: only a source whose bytes are its own immutable memory can
+    /// say so. `false` by default.
+    #[inline]
+    fn checked_before(&self, _pos: u64, _len: usize) -> bool {
+        false
+    }
+
+    /// Notes that the `len` stored bytes of record `pos` this source gave
+    /// matched the record's checksum.
+    #[inline]
+    fn passed_check(&self, _pos: u64, _len: usize) {}
 }
 
 /// Asks the CPU for the lines of a record's stored bytes `record` that

@@ -17,6 +17,7 @@ use loaderx_gather::{background, Allocator, Begun, Error, Records, Result};
 use rustc_hash::{FxHashMap, FxHashSet};
 use zrecord::{data_file, Entry, PayloadSource};
 
+use super::passed::Passed;
 use super::pending::{Fetched, Payload, Pending};
 use super::{block_len, RemoteStore};
 use crate::cache::Cache;
@@ -162,6 +163,11 @@ pub(crate) struct Seen {
     /// When the first of them is due a refresh of its file's time, which
     /// only a read through the cache makes.
     due: Instant,
+    /// The records whose bytes in these blocks matched their checksums; none
+    /// where a block may have been let go of and read again while the set
+    /// was made, so that a record that passed in one copy of a block is never
+    /// taken to have passed in another.
+    passed: Option<Arc<Passed>>,
 }
 
 impl Seen {
@@ -185,13 +191,21 @@ impl Seen {
 pub(super) struct KeptData {
     numbers: Arc<BlockNumbers>,
     seen: Mutex<Option<Arc<Seen>>>,
+    /// The last set of passed records, with the count of releases it is
+    /// good for: kept when the blocks' set is dropped for a refresh of their
+    /// files' times alone.
+    passed: Mutex<Option<(u64, Arc<Passed>)>>,
+    /// Records in the store.
+    records: u64,
 }
 
 impl KeptData {
-    pub(super) fn new(sizes: &[u64], block_bytes: u64) -> KeptData {
+    pub(super) fn new(sizes: &[u64], block_bytes: u64, records: u64) -> KeptData {
         KeptData {
             numbers: Arc::new(BlockNumbers::new(sizes, block_bytes)),
             seen: Mutex::new(None),
+            passed: Mutex::new(None),
+            records,
         }
     }
 
@@ -208,17 +222,31 @@ impl KeptData {
 
     /// `seen` (or none, with the cache's count of releases `released` read
     /// before `found` was) with the blocks `found` added, for the gathers
-    /// after this one too.
+    /// after this one too. `now` is the count read after `found` was.
     fn add(
         &self,
         seen: Option<&Seen>,
         released: u64,
         found: Vec<(u64, Bytes, Instant)>,
+        now: u64,
     ) -> Arc<Seen> {
         let (mut blocks, mut due, released) = match seen {
             Some(s) => (s.blocks.clone(), Some(s.due), s.released),
             None => (Slots::new(self.numbers.count()), None, released),
         };
+        // Only with the count unchanged since the set's blocks were first
+        // found: no block was let go of (and so none read again) in between.
+        let passed = (now == released).then(|| {
+            let mut last = lock(&self.passed);
+            match &*last {
+                Some((n, p)) if *n == released => p.clone(),
+                _ => {
+                    let p = Arc::new(Passed::new(self.records));
+                    *last = Some((released, p.clone()));
+                    p
+                }
+            }
+        });
         for (g, bytes, at) in found {
             blocks.insert(g, bytes);
             due = Some(due.map_or(at, |d| d.min(at)));
@@ -227,6 +255,7 @@ impl KeptData {
             blocks,
             released,
             due: due.unwrap_or_else(Instant::now),
+            passed,
         });
         *lock(&self.seen) = Some(next.clone());
         next
@@ -260,6 +289,16 @@ pub(crate) struct Resident {
 }
 
 impl Resident {
+    /// The records that passed their checks in the blocks memory keeps, if
+    /// every block of the gather is kept.
+    #[inline]
+    fn passed(&self) -> Option<&Passed> {
+        match self.files.is_empty() {
+            true => self.seen.as_ref()?.passed.as_deref(),
+            false => None,
+        }
+    }
+
     #[inline]
     fn find(&self, g: u64) -> Option<Held<'_>> {
         if let Some(bytes) = self.seen.as_ref().and_then(|s| s.blocks.get(g)) {
@@ -390,6 +429,19 @@ impl PayloadSource for Resident {
 
     fn read_into(&self, file: usize, offset: u64, dst: &mut [u8]) -> zrecord::Result<()> {
         self.copy_from(file, offset, dst)
+    }
+
+    /// From memory alone: a block read from its file may have changed.
+    #[inline]
+    fn checked_before(&self, pos: u64, len: usize) -> bool {
+        self.passed().is_some_and(|p| p.holds(pos, len))
+    }
+
+    #[inline]
+    fn passed_check(&self, pos: u64, len: usize) {
+        if let Some(p) = self.passed() {
+            p.add(pos, len);
+        }
     }
 }
 
@@ -552,7 +604,8 @@ impl RemoteStore {
             resident.files.insert(g, opened);
         }
         if !found.is_empty() {
-            resident.seen = Some(kept.add(resident.seen.as_deref(), released, found));
+            let now = cache.released();
+            resident.seen = Some(kept.add(resident.seen.as_deref(), released, found, now));
         }
         Ok(true)
     }
@@ -660,11 +713,11 @@ mod tests {
     fn blocks_found_kept_are_shared_until_the_cache_lets_one_go() {
         let d = tempfile::tempdir().unwrap();
         let c = cache_keeping_three(d.path());
-        let k = KeptData::new(&[48], 16);
+        let k = KeptData::new(&[48], 16, 3);
         assert!(k.seen(&c).is_none(), "nothing found yet");
-        let first = k.add(None, c.released(), vec![kept(&c, 0)]);
+        let first = k.add(None, c.released(), vec![kept(&c, 0)], c.released());
         // A set added to keeps the count of releases it began with.
-        let both = k.add(Some(&first), 99, vec![kept(&c, 2)]);
+        let both = k.add(Some(&first), 99, vec![kept(&c, 2)], c.released());
         let seen = k.seen(&c).unwrap();
         assert!(Arc::ptr_eq(&seen, &both));
         assert_eq!(
@@ -680,9 +733,9 @@ mod tests {
         assert!(k.seen(&c).is_none(), "the cache let a block go");
         // Found again, from a count read before they were looked up.
         let released = c.released();
-        k.add(None, released, vec![kept(&c, 0)]);
+        k.add(None, released, vec![kept(&c, 0)], released);
         assert_eq!(k.seen(&c).and_then(|s| first_byte(&s, 0)), Some(0));
-        k.add(None, released - 1, vec![kept(&c, 2)]);
+        k.add(None, released - 1, vec![kept(&c, 2)], released);
         assert!(k.seen(&c).is_none(), "a release while they were looked up");
     }
 
@@ -690,20 +743,53 @@ mod tests {
     fn a_set_is_dropped_once_a_block_is_due_a_refresh() {
         let d = tempfile::tempdir().unwrap();
         let c = cache_keeping_three(d.path());
-        let k = KeptData::new(&[48], 16);
+        let k = KeptData::new(&[48], 16, 3);
         let (g, bytes, due) = kept(&c, 1);
         assert!(due > Instant::now());
-        k.add(None, c.released(), vec![(g, bytes.clone(), due)]);
+        k.add(
+            None,
+            c.released(),
+            vec![(g, bytes.clone(), due)],
+            c.released(),
+        );
         assert!(k.seen(&c).is_some());
         k.add(
             None,
             c.released(),
             vec![kept(&c, 0), (g, bytes, Instant::now())],
+            c.released(),
         );
         assert!(
             k.seen(&c).is_none(),
             "block 1 is due: a read through the cache refreshes it"
         );
+    }
+
+    #[test]
+    fn records_passed_hold_while_no_block_is_let_go_of() {
+        let d = tempfile::tempdir().unwrap();
+        let c = cache_keeping_three(d.path());
+        let k = KeptData::new(&[48], 16, 3);
+        let passed = |seen: &Seen| seen.passed.clone();
+        let r = c.released();
+        let first = k.add(None, r, vec![kept(&c, 0)], r);
+        passed(&first).unwrap().add(2, 1 << 10);
+        // A set added to, or made again after a refresh, shares them.
+        let both = k.add(Some(&first), r, vec![kept(&c, 1)], r);
+        let again = k.add(None, r, vec![kept(&c, 2)], r);
+        for s in [&both, &again] {
+            assert!(passed(s).unwrap().holds(2, 1 << 10));
+            assert!(!passed(s).unwrap().holds(1, 1 << 10));
+        }
+        // A block let go of while a set was being made: that set has none,
+        // since a block it found may be another copy than the one checked.
+        assert!(passed(&k.add(None, r, vec![kept(&c, 0)], r + 1)).is_none());
+        assert!(passed(&k.add(Some(&both), r, vec![kept(&c, 2)], r + 1)).is_none());
+        // Once a block has been let go of, the sets made after start empty.
+        c.remove(7, "data-000.bin", 1);
+        let r = c.released();
+        let after = k.add(None, r, vec![kept(&c, 0)], r);
+        assert!(!passed(&after).unwrap().holds(2, 1 << 10));
     }
 
     #[test]
@@ -716,11 +802,16 @@ mod tests {
             (16 * (MOST_SLOTS - 1), true),
             (16 * (MOST_SLOTS - 1) + 1, false),
         ] {
-            let k = KeptData::new(&[16, size], 16);
+            let k = KeptData::new(&[16, size], 16, 1);
             assert_eq!(k.numbers.count(), 1 + size.div_ceil(16));
             let last = k.numbers.number(1, size.div_ceil(16) - 1).unwrap();
             assert_eq!(last, size.div_ceil(16));
-            let seen = k.add(None, c.released(), vec![(last, bytes.clone(), due)]);
+            let seen = k.add(
+                None,
+                c.released(),
+                vec![(last, bytes.clone(), due)],
+                c.released(),
+            );
             assert_eq!(matches!(seen.blocks, Slots::Table(_)), tabled);
             assert_eq!(
                 (first_byte(&seen, last), first_byte(&seen, last - 1)),
