@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use loaderx_gather::{Error, Result};
 use rustc_hash::FxHashMap;
-use zrecord::{CheckedBlock, Entry, HeldBlocks, HeldIndex, IndexSource, Metadata, INDEX_FILE};
+use zrecord::{CheckedBlock, HeldBlocks, HeldIndex, IndexSource, Metadata, Resolved, INDEX_FILE};
 
 use crate::cache::Cache;
 use crate::fetch::Fetcher;
@@ -143,23 +143,14 @@ impl Memory {
         self.inner.lock().unwrap_or_else(|e| e.into_inner()).used(b)
     }
 
-    /// The blocks `needed`, in order, under one lock, if memory holds every
-    /// one; `None` if any is missing. Each found is marked used.
-    pub fn get_all(&self, needed: &[usize]) -> Option<Vec<Block>> {
-        let mut lru = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        // Those found before a missing one stay marked used: the gather that
-        // now fetches the rest uses them too.
-        needed.iter().map(|&b| lru.used(b)).collect()
-    }
-
-    /// The checked entries of the records at `idx` of the store of `meta`,
-    /// read from the blocks memory holds under one lock, each block used
-    /// marked used; `None` if memory lacks any of them.
+    /// The records at `idx` of the store of `meta` resolved (checked entries
+    /// and sizes), read from the blocks memory holds under one lock, each
+    /// block used marked used; `None` if memory lacks any of them.
     pub fn entries<I: IndexSource>(
         &self,
         meta: &Metadata<I>,
         idx: &[u64],
-    ) -> zrecord::Result<Option<Vec<Entry>>> {
+    ) -> zrecord::Result<Option<Resolved>> {
         let mut lru = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let Some(view) = meta.over_held(&lru.held) else {
             return Ok(None);
@@ -566,16 +557,31 @@ mod tests {
     }
 
     #[test]
-    fn get_all_gives_every_block_in_order_or_none_and_marks_them_used() {
-        let (_dir, meta, index, mem) = three_blocks_held();
-        let block = |b: usize| checked_block(&meta, &index, b);
-        let got = mem.get_all(&[2, 0]).unwrap();
-        assert_eq!(got.iter().map(|b| b.block()).collect::<Vec<_>>(), [2, 0]);
-        assert_eq!(got[0].bytes(), block(2).bytes());
-        assert!(mem.get_all(&[0, 3]).is_none(), "block 3 is not held");
-        assert_eq!(mem.get_all(&[]).map(|v| v.len()), Some(0));
-        // Blocks 2 and 0 were used after block 1, which goes first.
-        mem.put(block(3));
-        assert!(mem.contains(0) && mem.contains(2) && !mem.contains(1));
+    fn entries_are_resolved_from_held_blocks_and_mark_them_used() {
+        let (dir, meta, index, mem) = three_blocks_held();
+        let local = zrecord::Metadata::from_parts(
+            std::path::Path::new("http://h/s"),
+            &std::fs::read(dir.path().join("s").join(zrecord::HEADER_FILE)).unwrap(),
+            zrecord::Parts {
+                index: index.clone(),
+                index_sums: std::fs::read(dir.path().join("s").join(zrecord::INDEX_SUMS_FILE))
+                    .unwrap(),
+                dict: None,
+                attrs: None,
+            },
+            zrecord::ReadOptions { checked: true },
+        )
+        .unwrap();
+        // 24-byte entries: position 5000 lies in block 1, 10 in block 0.
+        let got = mem.entries(&meta, &[5000, 10]).unwrap().unwrap();
+        assert_eq!(got.entries, local.entries(&[5000, 10]).unwrap());
+        assert_eq!(got, local.held_entries(&[5000, 10]).unwrap().unwrap());
+        assert!(
+            mem.entries(&meta, &[10, 9000]).unwrap().is_none(),
+            "block 3"
+        );
+        // Blocks 1 and 0 were used after block 2, which goes first.
+        mem.put(checked_block(&meta, &index, 3));
+        assert!(mem.get(2).is_none() && mem.get(0).is_some() && mem.get(1).is_some());
     }
 }

@@ -29,7 +29,7 @@ mod warm;
 
 use ahead::Ahead;
 use open::{check_sizes, open_parts};
-use pending::{Arrival, BegunGather, Fetched, Payload};
+use pending::{Arrival, BegunGather, Fetched, Payload, Planning};
 pub use pending::{Canceller, Pending};
 
 /// Most records whose entries a verify resolves at once. With about
@@ -269,7 +269,7 @@ impl RemoteStore {
                 })
                 .await?;
             Ok(Fetched {
-                view,
+                planning: view.map_or(Planning::Index, Planning::View),
                 entries,
                 payload: Payload::Spans(spans, cached),
             })
@@ -287,7 +287,7 @@ impl RemoteStore {
     /// entry read again), otherwise through `view`, or the index read whole.
     fn fill<S: PayloadSource>(
         &self,
-        view: Option<&View>,
+        planning: &Planning,
         idx: &[u64],
         entries: &[Entry],
         spans: &S,
@@ -297,9 +297,13 @@ impl RemoteStore {
         if let Some(plan) = meta.plan_entries(idx, entries)? {
             return fill(meta, &plan, spans, allocator);
         }
-        match view {
-            Some(v) => fill(v, &v.plan(idx, spans, &THREADS)?, spans, allocator),
-            None => fill(meta, &meta.plan(idx, spans, &THREADS)?, spans, allocator),
+        match planning {
+            Planning::View(v) => fill(v, &v.plan(idx, spans, &THREADS)?, spans, allocator),
+            Planning::Index => fill(meta, &meta.plan(idx, spans, &THREADS)?, spans, allocator),
+            Planning::Resolved(sizes) => {
+                let plan = meta.plan_resolved(idx, entries, sizes, spans)?;
+                fill(meta, &plan, spans, allocator)
+            }
         }
     }
 

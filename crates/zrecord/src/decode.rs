@@ -44,9 +44,14 @@ impl<I: IndexSource> Metadata<I> {
                     // The layout checked that every prefix sum fits in an i32.
                     acc += plan.sizes[k] / isz;
                     cu[4 * (k + 1)..4 * (k + 2)].copy_from_slice(&(acc as i32).to_le_bytes());
-                    let raw = self.entry_bytes(p)?;
-                    shapes[k * shape_bytes..(k + 1) * shape_bytes]
-                        .copy_from_slice(&raw[ENTRY_FIXED..ENTRY_FIXED + shape_bytes]);
+                    if plan.shapes.is_empty() {
+                        let raw = self.entry_bytes(p)?;
+                        shapes[k * shape_bytes..(k + 1) * shape_bytes]
+                            .copy_from_slice(&raw[ENTRY_FIXED..ENTRY_FIXED + shape_bytes]);
+                    }
+                }
+                if !plan.shapes.is_empty() {
+                    shapes[..plan.shapes.len()].copy_from_slice(&plan.shapes);
                 }
                 let values = &mut values[..layout.values_bytes];
                 self.fill_parts(plan, values, par, src)

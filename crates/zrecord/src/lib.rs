@@ -44,7 +44,7 @@ pub use held::{CheckedBlock, HeldBlocks, HeldIndex, NotFetched};
 pub use local::{LocalIndex, Store};
 pub use meta::{Metadata, Parts, ReadOptions, StoreInfo};
 pub use parallel::{Parallel, Sequential};
-pub use plan::Plan;
+pub use plan::{Plan, Resolved, Sizes};
 pub use publish::{clean_stale, is_build_dir_name, temp_sibling, BuildDir, PARTS_DIR};
 pub use ragged::{
     align_up, element_count, record_spans, RaggedLayout, RaggedView, ALIGN, MAX_RAGGED_ELEMENTS,

@@ -24,6 +24,7 @@ use crate::format::{
     self, le_u64, Entry, Header, Kind, Schema, ENTRY_FIXED, INDEX_BLOCK_BYTES, MAX_HEADER_BYTES,
     MAX_RECORD_BYTES,
 };
+use crate::plan::{Resolved, Sizes};
 use crate::source::{prefetch, IndexSource};
 
 /// Indexes up to this size are checked whole at open, which costs microseconds;
@@ -630,12 +631,16 @@ impl<I: IndexSource> Metadata<I> {
         self.resolve(idx)
     }
 
-    /// The checked entries of the records at `idx` if the index source holds
-    /// every one; `None` if it lacks any (a caller holding part of the index
-    /// fetches the rest and asks again).
-    pub fn held_entries(&self, idx: &[u64]) -> Result<Option<Vec<Entry>>> {
+    /// The records at `idx` resolved ([`Resolved`]: checked entries, logical
+    /// sizes and shapes) if the index source holds every entry; `None` if it
+    /// lacks any (a caller holding part of the index fetches the rest and asks
+    /// again).
+    pub fn held_entries(&self, idx: &[u64]) -> Result<Option<Resolved>> {
         self.check_positions(idx)?;
+        let shape_bytes = self.shape_bytes();
         let mut entries = Vec::with_capacity(idx.len());
+        let mut logicals = Vec::with_capacity(idx.len());
+        let mut shapes = Vec::with_capacity(idx.len() * shape_bytes);
         // Each entry found first (lookups in the held blocks, which touch no
         // entry), then decoded with the line of the entry PREFETCH_AHEAD on
         // asked of the CPU, as `resolve` asks.
@@ -653,9 +658,17 @@ impl<I: IndexSource> Metadata<I> {
             if let Some(ahead) = raws.get(k + PREFETCH_AHEAD) {
                 prefetch(ahead.as_ptr());
             }
-            entries.push(self.check_entry(p, raw)?.0);
+            let (e, logical) = self.check_entry(p, raw)?;
+            entries.push(e);
+            logicals.push(logical);
+            if shape_bytes > 0 {
+                shapes.extend_from_slice(&raw[ENTRY_FIXED..ENTRY_FIXED + shape_bytes]);
+            }
         }
-        Ok(Some(entries))
+        Ok(Some(Resolved {
+            entries,
+            sizes: Sizes::new(logicals, shapes),
+        }))
     }
 
     /// The checked entries of `ids`, with the index entries a few positions

@@ -30,6 +30,35 @@ pub struct Plan<'a> {
     pub(crate) sizes: Vec<usize>,
     pub(crate) layout: Option<RaggedLayout>,
     pub(crate) output_len: usize,
+    /// Each record's shape as its index entry stores it, end to end, where
+    /// the plan was made from [`Resolved`] records of a Ragged store; empty
+    /// otherwise, and the gather reads the shapes from the index.
+    pub(crate) shapes: Vec<u8>,
+}
+
+/// Records resolved from the index before a gather ([`Metadata::held_entries`]):
+/// their checked entries, and their sizes, so that a plan made from both
+/// ([`Metadata::plan_resolved`]) reads nothing of the index again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    /// The checked entries, in the order of the positions.
+    pub entries: Vec<Entry>,
+    /// Their sizes, for [`Metadata::plan_resolved`].
+    pub sizes: Sizes,
+}
+
+/// The logical size of each of a gather's records and, for a Ragged store,
+/// its shape as its index entry stores it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sizes {
+    logicals: Vec<u64>,
+    shapes: Vec<u8>,
+}
+
+impl Sizes {
+    pub(crate) fn new(logicals: Vec<u64>, shapes: Vec<u8>) -> Sizes {
+        Sizes { logicals, shapes }
+    }
 }
 
 impl Plan<'_> {
@@ -93,12 +122,60 @@ impl<I: IndexSource> Metadata<I> {
                 sizes: Vec::new(),
                 layout: None,
                 output_len,
+                shapes: Vec::new(),
             });
         }
         let (entries, logicals) = self.check_records(idx, src, par)?;
+        self.plan_sized(idx, entries, &logicals, Vec::new())
+    }
+
+    /// A plan for the records at `idx` resolved before (their checked
+    /// `entries` and `sizes`, as [`Metadata::held_entries`] gave them), which
+    /// reads nothing of the index: each compressed frame's declared size is
+    /// checked against the record's shape from `src`, as [`Metadata::plan`]
+    /// checks it.
+    pub fn plan_resolved<'a, S: PayloadSource + ?Sized>(
+        &self,
+        idx: &'a [u64],
+        entries: &[Entry],
+        sizes: &Sizes,
+        src: &S,
+    ) -> Result<Plan<'a>> {
+        let n = idx.len();
+        if entries.len() != n
+            || sizes.logicals.len() != n
+            || sizes.shapes.len() != n * self.shape_bytes()
+        {
+            return Err(Error::InvalidArgument(format!(
+                "{} resolved records were given for {n} positions",
+                entries.len()
+            )));
+        }
+        self.check_positions(idx)?;
+        self.check_frames(idx, entries, &sizes.logicals, src)?;
+        self.plan_sized(idx, entries.to_vec(), &sizes.logicals, sizes.shapes.clone())
+    }
+
+    /// Bytes of a record's shape in its index entry: 0 for Dense.
+    pub(crate) fn shape_bytes(&self) -> usize {
+        match self.schema().kind {
+            Kind::Dense => 0,
+            Kind::Ragged => 8 * self.schema().ndim,
+        }
+    }
+
+    /// The plan of the records at `idx`, whose checked entries and logical
+    /// sizes are `entries` and `logicals` (and shapes `shapes`, or none).
+    fn plan_sized<'a>(
+        &self,
+        idx: &'a [u64],
+        entries: Vec<Entry>,
+        logicals: &[u64],
+        shapes: Vec<u8>,
+    ) -> Result<Plan<'a>> {
         let mut sizes = Vec::with_capacity(idx.len());
         let mut total: u64 = 0;
-        for &logical in &logicals {
+        for &logical in logicals {
             total = total
                 .checked_add(logical)
                 .ok_or_else(|| too_large(idx.len()))?;
@@ -122,6 +199,7 @@ impl<I: IndexSource> Metadata<I> {
             sizes,
             layout,
             output_len,
+            shapes,
         })
     }
 
@@ -165,6 +243,7 @@ impl<I: IndexSource> Metadata<I> {
             sizes: Vec::new(),
             layout: None,
             output_len,
+            shapes: Vec::new(),
         }))
     }
 
@@ -210,10 +289,24 @@ impl<I: IndexSource> Metadata<I> {
     /// ahead asked for.
     fn check_part<S: PayloadSource + ?Sized>(&self, ids: &[u64], src: &S) -> CheckedPart {
         let (entries, logicals) = self.resolve_sized(ids)?;
+        self.check_frames(ids, &entries, &logicals, src)?;
+        Ok((entries, logicals))
+    }
+
+    /// Checks the declared size of each compressed frame of the records at
+    /// `ids` (checked entries `entries`, logical sizes `logicals`), with the
+    /// stored bytes of the records a few ahead asked for; nothing for raw.
+    fn check_frames<S: PayloadSource + ?Sized>(
+        &self,
+        ids: &[u64],
+        entries: &[Entry],
+        logicals: &[u64],
+        src: &S,
+    ) -> Result<()> {
         if self.core().raw {
-            return Ok((entries, logicals));
+            return Ok(());
         }
-        for (k, (&p, e)) in ids.iter().zip(&entries).enumerate() {
+        for (k, (&p, e)) in ids.iter().zip(entries).enumerate() {
             if let Some(a) = entries.get(k + PREFETCH_AHEAD) {
                 src.prefetch(
                     a.file as usize,
@@ -222,7 +315,7 @@ impl<I: IndexSource> Metadata<I> {
             }
             self.check_declared_size(src, e, p, logicals[k])?;
         }
-        Ok((entries, logicals))
+        Ok(())
     }
 
     /// The checked entries of `ids` and each record's logical size, with the

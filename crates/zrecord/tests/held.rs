@@ -233,7 +233,7 @@ fn a_held_index_joins_crossing_entries_as_blocks_come_and_drops_them_as_blocks_g
     {
         let view = meta.over_held(&held).unwrap();
         assert_eq!(
-            view.held_entries(&[2731]).unwrap().unwrap(),
+            view.held_entries(&[2731]).unwrap().unwrap().entries,
             whole_entries(dir.path(), &[2731])
         );
         // The crossing entries need the block on their other side.
@@ -246,7 +246,7 @@ fn a_held_index_joins_crossing_entries_as_blocks_come_and_drops_them_as_blocks_g
     assert_eq!(held.len(), 4);
     {
         let view = meta.over_held(&held).unwrap();
-        let entries = view.held_entries(&idx).unwrap().unwrap();
+        let entries = view.held_entries(&idx).unwrap().unwrap().entries;
         assert_eq!(entries, whole_entries(dir.path(), &idx));
         let plan = meta.plan_entries(&idx, &entries).unwrap().unwrap();
         let mut out = vec![0u8; plan.output_len()];
@@ -271,7 +271,7 @@ fn a_held_index_joins_crossing_entries_as_blocks_come_and_drops_them_as_blocks_g
     assert_eq!(view.held_entries(&[2730]).unwrap(), None);
     assert_eq!(view.held_entries(&[5461]).unwrap(), None);
     assert_eq!(
-        view.held_entries(&[0, 9_999]).unwrap().unwrap(),
+        view.held_entries(&[0, 9_999]).unwrap().unwrap().entries,
         whole_entries(dir.path(), &[0, 9_999])
     );
 }

@@ -7,8 +7,8 @@ use std::ops::Range;
 use std::path::Path;
 
 use zrecord::{
-    data_file, Codec, DType, Error, Metadata, Parts, PayloadSource, RaggedView, ReadOptions,
-    Schema, Sequential, Source, Store, Writer,
+    data_file, Codec, DType, Error, Metadata, NotFetched, Parts, PayloadSource, RaggedView,
+    ReadOptions, Schema, Sequential, Source, Store, Writer,
 };
 
 /// Whole data files in memory, as a fetching reader would hold ranges of them.
@@ -87,6 +87,34 @@ fn same_reads(dir: &Path) {
     let mut got = vec![0u8; plan.output_len()];
     remote.gather(&plan, &mut got, &Sequential, &files).unwrap();
     assert_eq!(got, want);
+    // Resolved ahead with their sizes (and shapes), the records are planned
+    // and gathered by a store holding none of its index.
+    let r = remote.held_entries(&idx).unwrap().unwrap();
+    let (_, bare_parts, _) = parts_of(dir);
+    let bare = Metadata::from_parts(
+        name,
+        &header,
+        Parts {
+            index: NotFetched {
+                len: bare_parts.index.len() as u64,
+            },
+            index_sums: bare_parts.index_sums,
+            dict: bare_parts.dict,
+            attrs: bare_parts.attrs,
+        },
+        ReadOptions { checked: true },
+    )
+    .unwrap();
+    let plan = bare
+        .plan_resolved(&idx, &r.entries, &r.sizes, &files)
+        .unwrap();
+    let mut got = vec![0u8; plan.output_len()];
+    bare.gather(&plan, &mut got, &Sequential, &files).unwrap();
+    assert_eq!(got, want);
+    assert!(matches!(
+        bare.plan_resolved(&idx[1..], &r.entries, &r.sizes, &files),
+        Err(Error::InvalidArgument(_))
+    ));
     remote.check_index().unwrap();
     remote.verify_records(0..n, &Sequential, &files).unwrap();
     // A source without the records' bytes is a caller's bug, never data.

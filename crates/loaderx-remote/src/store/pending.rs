@@ -5,7 +5,7 @@ use std::sync::Mutex;
 
 use loaderx_gather::{Allocator, Begun, Error, Records, Result};
 use tokio::task::JoinHandle;
-use zrecord::{data_file, Entry};
+use zrecord::{data_file, Entry, Sizes};
 
 use super::warm::Resident;
 use super::RemoteStore;
@@ -91,11 +91,11 @@ impl Pending {
             Arrival::Taken => return Err(Error::internal("the gather was already finished")),
         };
         let idx = &self.idx;
-        let view = fetched.view.as_ref();
+        let planning = &fetched.planning;
         let entries = &fetched.entries;
         let filled = match &fetched.payload {
-            Payload::Spans(spans, _) => store.fill(view, idx, entries, spans, allocator),
-            Payload::Resident(blocks) => store.fill(view, idx, entries, &**blocks, allocator),
+            Payload::Spans(spans, _) => store.fill(planning, idx, entries, spans, allocator),
+            Payload::Resident(blocks) => store.fill(planning, idx, entries, &**blocks, allocator),
         };
         match filled {
             Err(e) if matches!(e.format(), Some(zrecord::Error::Corrupt { .. })) => {
@@ -118,7 +118,7 @@ impl Pending {
                 }
                 let refetch = source.fetch(&fetched.entries, false);
                 let (spans, _) = block_on(source.fetcher.bounded(refetch))?;
-                store.fill(view, idx, entries, &spans, allocator)
+                store.fill(planning, idx, entries, &spans, allocator)
             }
             other => other,
         }
@@ -221,11 +221,19 @@ impl Begun for BegunGather {
 /// The stored bytes of a gather's records, and which cached blocks they came
 /// from (dropped if a record in them turns out damaged).
 pub(super) struct Fetched {
-    /// The store over the index blocks the gather needs; `None` for an index
-    /// read whole at open.
-    pub(super) view: Option<View>,
+    pub(super) planning: Planning,
     pub(super) entries: Vec<Entry>,
     pub(super) payload: Payload,
+}
+
+/// What a gather's plan reads of the index besides its entries.
+pub(super) enum Planning {
+    /// The store's own: an index read whole at open.
+    Index,
+    /// A view of the store over the index blocks the gather needs.
+    View(View),
+    /// Nothing: the records' sizes were resolved with their entries.
+    Resolved(Sizes),
 }
 
 /// Where a gather's stored bytes are held.

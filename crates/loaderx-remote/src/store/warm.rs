@@ -18,7 +18,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use zrecord::{data_file, Entry, PayloadSource};
 
 use super::passed::Passed;
-use super::pending::{Fetched, Payload, Pending};
+use super::pending::{Fetched, Payload, Pending, Planning};
 use super::{block_len, RemoteStore};
 use crate::cache::Cache;
 use crate::fetch::BlockKey;
@@ -457,23 +457,14 @@ impl RemoteStore {
         let (Some(cache), Some(kept)) = (&s.cache, &s.kept) else {
             return Ok(None);
         };
-        let on_demand = self.on_demand();
-        let entries = if on_demand {
-            match s.index.entries(&s.meta, idx)? {
-                Some(e) => e,
-                None => return Ok(None),
-            }
-        } else {
-            s.meta.entries(idx)?
-        };
-        // A store whose plan reads more of the index than the entries (its
-        // records' shapes, say) is decoded through a view of its blocks.
-        let view = match on_demand && s.meta.fixed_raw_bytes().is_none() {
-            true => match s.index.get_all(&s.meta.index_blocks(idx)?) {
-                Some(blocks) => Some(s.meta.with_blocks(blocks)?),
+        // The records' sizes and shapes come with their entries, so that the
+        // plan reads nothing of the index again.
+        let (entries, planning) = match self.on_demand() {
+            true => match s.index.entries(&s.meta, idx)? {
+                Some(r) => (r.entries, Planning::Resolved(r.sizes)),
                 None => return Ok(None),
             },
-            false => None,
+            false => (s.meta.entries(idx)?, Planning::Index),
         };
         let numbers = &kept.numbers;
         let size = numbers.size;
@@ -551,7 +542,7 @@ impl RemoteStore {
         });
         s.ahead.used(index_keys.chain(entry_blocks(size, &entries)));
         Ok(Some(Fetched {
-            view,
+            planning,
             entries,
             payload: Payload::Resident(Box::new(resident)),
         }))
