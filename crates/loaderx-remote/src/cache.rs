@@ -375,7 +375,7 @@ impl Cache {
             .fold((0u64, 0u64), |(n, b), r| (n + 1, b + (r.end - r.start)));
         let small = inside > 0 && bytes < READ_ALONE_BYTES.saturating_mul(inside);
         if len <= KEEP_MAX_BLOCK && (small || self.memory.has_room(len)) {
-            let whole = Bytes::from(read_at(&f, 0, len)?);
+            let whole = huge::read_block(&f, len)?;
             self.memory.keep(key, whole.clone(), small);
             return Some(slices(&whole, 0, ranges));
         }
@@ -664,6 +664,7 @@ fn slices(bytes: &Bytes, at: u64, ranges: &[Range<u64>]) -> Vec<Bytes> {
 static TEMP_SEQ: AtomicU64 = AtomicU64::new(0);
 
 mod claim;
+mod huge;
 mod memory;
 
 #[cfg(test)]

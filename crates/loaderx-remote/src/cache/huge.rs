@@ -1,0 +1,306 @@
+//! Memory for the blocks a cache keeps whole, in 2 MiB regions the kernel is
+//! asked to back with huge pages.
+//!
+//! A warm gather of small records touches a few bytes in each of hundreds of
+//! kept blocks: in ordinary 4 KiB pages nearly every record costs a page walk
+//! besides its cache miss, which a local store's mapped files (often backed by
+//! large folios) do not pay. A huge page holds two blocks of the default 1 MiB,
+//! so a block of more than half of a slot size from `MIN_SLOT` to 2 MiB (a
+//! power of two) is placed in a slot of such a region, a region's free slots
+//! filled before a region is added, and a region given back once its last
+//! block is dropped. Smaller and larger blocks get ordinary memory.
+//!
+//! A region lives as long as one of its blocks does, so the memory held can
+//! exceed the bytes of the blocks kept: by at most one free slot per region
+//! in use (twice the blocks' bytes for 1 MiB blocks at worst, when every
+//! region keeps one block); filling free slots first keeps it near the blocks'
+//! own bytes while blocks come and go.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+
+/// Bytes of a region: one huge page on x86-64 and arm64 with 4 KiB pages.
+const REGION: usize = 2 << 20;
+/// Slots smaller than this are not worth a region's bookkeeping: blocks of
+/// half of it or less (an index's 64 KiB, say) lie in a few pages anyway.
+const MIN_SLOT: usize = 256 << 10;
+
+/// One 2 MiB-aligned mapping of `REGION` bytes.
+struct Region {
+    base: NonNull<u8>,
+    /// Slots in use.
+    used: usize,
+}
+
+// SAFETY: a region is plain anonymous memory; its slots are handed out one
+// block each, and the region is unmapped only when no block refers to it.
+unsafe impl Send for Region {}
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// A new region, or `None` if the memory is not there.
+    fn map() -> Option<Region> {
+        let len = 2 * REGION;
+        // SAFETY: an anonymous private mapping at an address of the kernel's
+        // choosing touches no existing memory.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        let start = p as usize;
+        let aligned = start.next_multiple_of(REGION);
+        let (head, tail) = (aligned - start, start + len - (aligned + REGION));
+        // SAFETY: the head and tail are the parts of the mapping just made
+        // outside the aligned region, which nothing refers to. A failed
+        // advice only costs the huge pages.
+        unsafe {
+            if head > 0 {
+                libc::munmap(p, head);
+            }
+            if tail > 0 {
+                libc::munmap((aligned + REGION) as *mut libc::c_void, tail);
+            }
+            libc::madvise(aligned as *mut libc::c_void, REGION, libc::MADV_HUGEPAGE);
+        }
+        Some(Region {
+            base: NonNull::new(aligned as *mut u8)?,
+            used: 0,
+        })
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: the region's mapping, which no block refers to any more.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), REGION) };
+    }
+}
+
+/// The regions of one slot size with a free slot, and those slots.
+struct Class {
+    free: Vec<(Arc<Mutex<Region>>, usize)>,
+}
+
+/// One list per slot size, `MIN_SLOT` to `REGION` in powers of two.
+static CLASSES: [Mutex<Class>; 4] = [const { Mutex::new(Class { free: Vec::new() }) }; 4];
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The slot size a block of `len` bytes takes, and its class; `None` for a
+/// block that gets ordinary memory.
+fn class_of(len: usize) -> Option<(usize, usize)> {
+    let slot = len.checked_next_power_of_two()?;
+    (MIN_SLOT..=REGION)
+        .contains(&slot)
+        .then(|| (slot, (slot / MIN_SLOT).trailing_zeros() as usize))
+}
+
+/// A block's slot: `len` bytes at slot `index` of `region`.
+struct Slot {
+    region: Arc<Mutex<Region>>,
+    ptr: NonNull<u8>,
+    index: usize,
+    len: usize,
+    class: usize,
+}
+
+// SAFETY: the slot's bytes are written once before it is shared, then only
+// read; the region outlives the slot through the `Arc`.
+unsafe impl Send for Slot {}
+unsafe impl Sync for Slot {}
+
+impl AsRef<[u8]> for Slot {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `ptr..ptr + len` lies in the slot, inside the mapped region
+        // this slot keeps alive, and was written before the slot was shared.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut class = lock(&CLASSES[self.class]);
+        let used = {
+            let mut r = lock(&self.region);
+            r.used -= 1;
+            r.used
+        };
+        if used == 0 {
+            // The region's last block: its free slots leave the list, and the
+            // region is unmapped when the last reference (this one) goes.
+            class.free.retain(|(r, _)| !Arc::ptr_eq(r, &self.region));
+        } else {
+            class.free.push((self.region.clone(), self.index));
+        }
+    }
+}
+
+/// A free slot of size `slot` (class `class`), from a region with one free
+/// if any, else from a new region; `None` if the memory is not there.
+fn take(slot: usize, class: usize) -> Option<(Arc<Mutex<Region>>, usize)> {
+    let mut c = lock(&CLASSES[class]);
+    let (region, index) = match c.free.pop() {
+        Some(free) => free,
+        None => {
+            let region = Arc::new(Mutex::new(Region::map()?));
+            c.free
+                .extend((1..REGION / slot).rev().map(|i| (region.clone(), i)));
+            (region, 0)
+        }
+    };
+    lock(&region).used += 1;
+    Some((region, index))
+}
+
+/// `len` bytes of `f` from its start, as a block kept whole; `None` if the
+/// file is shorter now or the memory is not there.
+pub(super) fn read_block(f: &File, len: u64) -> Option<Bytes> {
+    let n = usize::try_from(len).ok()?;
+    let Some((size, class)) = class_of(n) else {
+        let mut buf = Vec::new();
+        buf.try_reserve_exact(n).ok()?;
+        buf.resize(n, 0);
+        f.read_exact_at(&mut buf, 0).ok()?;
+        return Some(Bytes::from(buf));
+    };
+    let (region, index) = take(size, class)?;
+    let base = lock(&region).base;
+    // SAFETY: slot `index` of a region of `REGION / size` slots lies inside
+    // the region's mapping.
+    let ptr = unsafe { NonNull::new_unchecked(base.as_ptr().add(index * size)) };
+    let slot = Slot {
+        region,
+        ptr,
+        index,
+        len: n,
+        class,
+    };
+    // SAFETY: the slot is this block's alone until it is shared below, and
+    // `n <= size` bytes of it lie in the mapping.
+    let buf = unsafe { std::slice::from_raw_parts_mut(ptr.as_ptr(), n) };
+    // A failed read drops the slot, which frees it.
+    f.read_exact_at(buf, 0).ok()?;
+    Some(Bytes::from_owner(slot))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regions of class `class` with a free slot, and their free slots.
+    fn free_of(class: usize) -> (usize, usize) {
+        let c = lock(&CLASSES[class]);
+        let mut regions: Vec<*const Mutex<Region>> =
+            c.free.iter().map(|(r, _)| Arc::as_ptr(r)).collect();
+        regions.sort_unstable();
+        regions.dedup();
+        (regions.len(), c.free.len())
+    }
+
+    fn file_of(bytes: &[u8]) -> (tempfile::TempDir, File) {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("block");
+        std::fs::write(&path, bytes).unwrap();
+        let f = File::open(&path).unwrap();
+        (d, f)
+    }
+
+    #[test]
+    fn sizes_that_divide_a_region_get_slots_and_others_ordinary_memory() {
+        assert_eq!(class_of(1 << 20), Some((1 << 20, 2)));
+        assert_eq!(class_of((1 << 20) - 5), Some((1 << 20, 2)));
+        assert_eq!(class_of(MIN_SLOT / 2 + 1), Some((MIN_SLOT, 0)));
+        assert_eq!(class_of(MIN_SLOT / 2), None);
+        assert_eq!(class_of(2 << 20), Some((2 << 20, 3)));
+        assert_eq!(class_of((2 << 20) + 1), None);
+        assert_eq!(class_of(0), None);
+        let (_d, f) = file_of(&[9u8; 3 << 20]);
+        let big = read_block(&f, 3 << 20).unwrap();
+        assert_eq!(big.len(), 3 << 20);
+        assert!(big.iter().all(|&b| b == 9));
+        assert!(read_block(&f, (3 << 20) + 1).is_none(), "past the file");
+    }
+
+    // The one test of the 512 KiB class, so that no other test's slots meet
+    // its counts.
+    #[test]
+    fn blocks_fill_a_regions_slots_first_and_an_empty_region_goes() {
+        let class = class_of(512 << 10).unwrap().1;
+        let content: Vec<u8> = (0..512u32 << 10).map(|i| (i % 253) as u8).collect();
+        let (_d, f) = file_of(&content);
+        assert_eq!(free_of(class), (0, 0));
+        let blocks: Vec<Bytes> = (0..5).map(|_| read_block(&f, 512 << 10).unwrap()).collect();
+        // Four slots to a region: two regions, three slots of the second free.
+        assert_eq!(free_of(class), (1, 3));
+        for b in &blocks {
+            assert_eq!(&b[..], &content[..]);
+            assert_eq!(b.as_ptr() as usize % (512 << 10), 0);
+        }
+        let region_of = |b: &Bytes| b.as_ptr() as usize / REGION;
+        assert!(blocks[..4]
+            .iter()
+            .all(|b| region_of(b) == region_of(&blocks[0])));
+        assert_ne!(region_of(&blocks[4]), region_of(&blocks[0]));
+        // A slice outlives the block it was cut from.
+        let tail = blocks[1].slice(1000..2000);
+        let mut blocks = blocks;
+        let fifth = blocks.pop().unwrap();
+        drop(fifth);
+        assert_eq!(free_of(class), (0, 0), "the second region is empty: gone");
+        drop(blocks.remove(0));
+        assert_eq!(free_of(class), (1, 1));
+        // A freed slot is filled before a region is added.
+        let again = read_block(&f, 300 << 10).unwrap();
+        assert_eq!(free_of(class), (0, 0));
+        assert_eq!(&again[..], &content[..300 << 10]);
+        drop(blocks);
+        assert_eq!(&tail[..], &content[1000..2000]);
+        assert_eq!(free_of(class), (1, 2));
+        drop((tail, again));
+        assert_eq!(free_of(class), (0, 0));
+        // A read that fails frees its slot.
+        assert!(read_block(&f, 400 << 10).is_some());
+        assert!(read_block(&f, (512 << 10) - 1).is_some());
+        let (_e, short) = file_of(&content[..100]);
+        assert!(read_block(&short, 300 << 10).is_none());
+        assert_eq!(free_of(class), (0, 0));
+    }
+
+    #[test]
+    fn blocks_made_and_dropped_on_many_threads_keep_their_bytes() {
+        let content: Vec<u8> = (0..1u32 << 20).map(|i| (i % 241) as u8).collect();
+        let (_d, f) = file_of(&content);
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let (f, content) = (&f, &content);
+                s.spawn(move || {
+                    let mut held = Vec::new();
+                    for i in 0..40 {
+                        held.push(read_block(f, 1 << 20).unwrap());
+                        if (i + t) % 3 == 0 {
+                            held.swap_remove(i % held.len());
+                        }
+                    }
+                    for b in &held {
+                        assert_eq!(&b[..], &content[..]);
+                    }
+                });
+            }
+        });
+    }
+}
