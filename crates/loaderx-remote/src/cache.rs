@@ -35,6 +35,7 @@ use bytes::Bytes;
 use loaderx_gather::{Error, Result};
 use rustc_hash::FxHashMap;
 
+use crate::huge;
 use memory::{Kept, Memory, Pool};
 
 /// Block size when the caller does not choose: large enough that a block is
@@ -506,7 +507,7 @@ impl Cache {
     /// would only take the room of data blocks here.
     pub(crate) fn read_whole(&self, store: u64, file: &str, block: u64, len: u64) -> Option<Bytes> {
         let f = self.open_block(&self.block_path(store, file, block), len)?;
-        read_at(&f, 0, len).map(Bytes::from)
+        huge::read_block(&f, len)
     }
 
     /// A small file of the store (its index, say), if the cache holds `len` bytes.
@@ -664,7 +665,6 @@ fn slices(bytes: &Bytes, at: u64, ranges: &[Range<u64>]) -> Vec<Bytes> {
 static TEMP_SEQ: AtomicU64 = AtomicU64::new(0);
 
 mod claim;
-mod huge;
 mod memory;
 
 #[cfg(test)]

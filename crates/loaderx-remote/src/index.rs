@@ -448,7 +448,11 @@ impl<I: IndexSource> Blocks<'_, I> {
             let base = self.meta.index_block_range(first).start;
             for b in first..=last {
                 let r = self.meta.index_block_range(b);
-                let piece = bytes.slice((r.start - base) as usize..(r.end - base) as usize);
+                let at = (r.start - base) as usize..(r.end - base) as usize;
+                // A copy of its own: kept in memory, a block is better in a
+                // huge page, and holds no more of the response than itself.
+                let piece =
+                    crate::huge::copied(&bytes[at.clone()]).unwrap_or_else(|| bytes.slice(at));
                 out.push(self.meta.check_index_block(b, piece)?);
             }
         }

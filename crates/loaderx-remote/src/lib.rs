@@ -35,6 +35,7 @@
 mod cache;
 mod cause;
 mod fetch;
+mod huge;
 mod index;
 mod jobs;
 mod key;

@@ -1,20 +1,21 @@
-//! Memory for the blocks a cache keeps whole, in 2 MiB regions the kernel is
-//! asked to back with huge pages.
+//! Memory for the blocks kept whole in memory (the cache's data blocks, the
+//! index's blocks), in 2 MiB regions the kernel is asked to back with huge
+//! pages.
 //!
 //! A warm gather of small records touches a few bytes in each of hundreds of
 //! kept blocks: in ordinary 4 KiB pages nearly every record costs a page walk
 //! besides its cache miss, which a local store's mapped files (often backed by
-//! large folios) do not pay. A huge page holds two blocks of the default 1 MiB,
-//! so a block of more than half of a slot size from `MIN_SLOT` to 2 MiB (a
-//! power of two) is placed in a slot of such a region, a region's free slots
-//! filled before a region is added, and a region given back once its last
-//! block is dropped. Smaller and larger blocks get ordinary memory.
+//! large folios) do not pay. A huge page holds two data blocks of the default
+//! 1 MiB, or 32 index blocks, so a block of more than half of a slot size
+//! from `MIN_SLOT` to 2 MiB (a power of two) is placed in a slot of such a
+//! region. Smaller and larger blocks get ordinary memory.
 //!
 //! A region lives as long as one of its blocks does, so the memory held can
-//! exceed the bytes of the blocks kept: by at most one free slot per region
-//! in use (twice the blocks' bytes for 1 MiB blocks at worst, when every
-//! region keeps one block); filling free slots first keeps it near the blocks'
-//! own bytes while blocks come and go.
+//! exceed the bytes of the blocks kept; but free slots are filled before a
+//! region is added, so a region is added only when every region of its slot
+//! size is full: the memory held for a slot size never exceeds the most bytes
+//! of its blocks ever kept at once, plus one region. A region is given back
+//! once its last block goes.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -25,9 +26,9 @@ use bytes::Bytes;
 
 /// Bytes of a region: one huge page on x86-64 and arm64 with 4 KiB pages.
 const REGION: usize = 2 << 20;
-/// Slots smaller than this are not worth a region's bookkeeping: blocks of
-/// half of it or less (an index's 64 KiB, say) lie in a few pages anyway.
-const MIN_SLOT: usize = 256 << 10;
+/// The smallest slot: an index block's 64 KiB. Blocks of half of it or less
+/// lie in a few pages anyway.
+const MIN_SLOT: usize = 64 << 10;
 
 /// One 2 MiB-aligned mapping of `REGION` bytes.
 struct Region {
@@ -95,7 +96,7 @@ struct Class {
 }
 
 /// One list per slot size, `MIN_SLOT` to `REGION` in powers of two.
-static CLASSES: [Mutex<Class>; 4] = [const { Mutex::new(Class { free: Vec::new() }) }; 4];
+static CLASSES: [Mutex<Class>; 6] = [const { Mutex::new(Class { free: Vec::new() }) }; 6];
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -169,14 +170,27 @@ fn take(slot: usize, class: usize) -> Option<(Arc<Mutex<Region>>, usize)> {
 
 /// `len` bytes of `f` from its start, as a block kept whole; `None` if the
 /// file is shorter now or the memory is not there.
-pub(super) fn read_block(f: &File, len: u64) -> Option<Bytes> {
-    let n = usize::try_from(len).ok()?;
+pub(crate) fn read_block(f: &File, len: u64) -> Option<Bytes> {
+    filled(usize::try_from(len).ok()?, |buf| {
+        f.read_exact_at(buf, 0).is_ok()
+    })
+}
+
+/// A copy of `bytes` as a block kept whole; `None` if the memory is not there.
+pub(crate) fn copied(bytes: &[u8]) -> Option<Bytes> {
+    filled(bytes.len(), |buf| {
+        buf.copy_from_slice(bytes);
+        true
+    })
+}
+
+/// `n` bytes that `fill` writes (`false`: it failed, and nothing is made).
+fn filled(n: usize, fill: impl FnOnce(&mut [u8]) -> bool) -> Option<Bytes> {
     let Some((size, class)) = class_of(n) else {
         let mut buf = Vec::new();
         buf.try_reserve_exact(n).ok()?;
         buf.resize(n, 0);
-        f.read_exact_at(&mut buf, 0).ok()?;
-        return Some(Bytes::from(buf));
+        return fill(&mut buf).then(|| Bytes::from(buf));
     };
     let (region, index) = take(size, class)?;
     let base = lock(&region).base;
@@ -193,9 +207,8 @@ pub(super) fn read_block(f: &File, len: u64) -> Option<Bytes> {
     // SAFETY: the slot is this block's alone until it is shared below, and
     // `n <= size` bytes of it lie in the mapping.
     let buf = unsafe { std::slice::from_raw_parts_mut(ptr.as_ptr(), n) };
-    // A failed read drops the slot, which frees it.
-    f.read_exact_at(buf, 0).ok()?;
-    Some(Bytes::from_owner(slot))
+    // A failed fill drops the slot, which frees it.
+    fill(buf).then(|| Bytes::from_owner(slot))
 }
 
 #[cfg(test)]
@@ -222,11 +235,11 @@ mod tests {
 
     #[test]
     fn sizes_that_divide_a_region_get_slots_and_others_ordinary_memory() {
-        assert_eq!(class_of(1 << 20), Some((1 << 20, 2)));
-        assert_eq!(class_of((1 << 20) - 5), Some((1 << 20, 2)));
+        assert_eq!(class_of(1 << 20), Some((1 << 20, 4)));
+        assert_eq!(class_of((1 << 20) - 5), Some((1 << 20, 4)));
         assert_eq!(class_of(MIN_SLOT / 2 + 1), Some((MIN_SLOT, 0)));
         assert_eq!(class_of(MIN_SLOT / 2), None);
-        assert_eq!(class_of(2 << 20), Some((2 << 20, 3)));
+        assert_eq!(class_of(2 << 20), Some((2 << 20, 5)));
         assert_eq!(class_of((2 << 20) + 1), None);
         assert_eq!(class_of(0), None);
         let (_d, f) = file_of(&[9u8; 3 << 20]);
@@ -234,6 +247,10 @@ mod tests {
         assert_eq!(big.len(), 3 << 20);
         assert!(big.iter().all(|&b| b == 9));
         assert!(read_block(&f, (3 << 20) + 1).is_none(), "past the file");
+        let copy = copied(&[5u8; 64 << 10]).unwrap();
+        assert_eq!(&copy[..], &[5u8; 64 << 10][..]);
+        assert_eq!(copy.as_ptr() as usize % (64 << 10), 0, "in a slot");
+        assert_eq!(&copied(b"small").unwrap()[..], b"small");
     }
 
     // The one test of the 512 KiB class, so that no other test's slots meet
