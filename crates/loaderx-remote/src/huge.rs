@@ -14,8 +14,11 @@
 //! exceed the bytes of the blocks kept; but free slots are filled before a
 //! region is added, so a region is added only when every region of its slot
 //! size is full: the memory held for a slot size never exceeds the most bytes
-//! of its blocks ever kept at once, plus one region. A region is given back
-//! once its last block goes.
+//! of its blocks ever kept at once, plus `SPARE` regions. A region whose last
+//! block goes is kept for the next blocks while fewer than `SPARE` empty ones
+//! are, else given back: a block read for one gather and let go of at once
+//! would otherwise cost a fresh region, its 2 MiB zeroed by the kernel, where
+//! the heap reuses freed memory as it is.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -26,6 +29,9 @@ use bytes::Bytes;
 
 /// Bytes of a region: one huge page on x86-64 and arm64 with 4 KiB pages.
 const REGION: usize = 2 << 20;
+/// Empty regions kept per slot size.
+const SPARE: usize = 4;
+
 /// The smallest slot: an index block's 64 KiB. Blocks of half of it or less
 /// lie in a few pages anyway.
 const MIN_SLOT: usize = 64 << 10;
@@ -93,10 +99,17 @@ impl Drop for Region {
 /// The regions of one slot size with a free slot, and those slots.
 struct Class {
     free: Vec<(Arc<Mutex<Region>>, usize)>,
+    /// Regions among them with no slot in use.
+    empty: usize,
 }
 
 /// One list per slot size, `MIN_SLOT` to `REGION` in powers of two.
-static CLASSES: [Mutex<Class>; 6] = [const { Mutex::new(Class { free: Vec::new() }) }; 6];
+static CLASSES: [Mutex<Class>; 6] = [const {
+    Mutex::new(Class {
+        free: Vec::new(),
+        empty: 0,
+    })
+}; 6];
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -141,11 +154,12 @@ impl Drop for Slot {
             r.used -= 1;
             r.used
         };
-        if used == 0 {
+        if used == 0 && class.empty >= SPARE {
             // The region's last block: its free slots leave the list, and the
             // region is unmapped when the last reference (this one) goes.
             class.free.retain(|(r, _)| !Arc::ptr_eq(r, &self.region));
         } else {
+            class.empty += usize::from(used == 0);
             class.free.push((self.region.clone(), self.index));
         }
     }
@@ -156,7 +170,12 @@ impl Drop for Slot {
 fn take(slot: usize, class: usize) -> Option<(Arc<Mutex<Region>>, usize)> {
     let mut c = lock(&CLASSES[class]);
     let (region, index) = match c.free.pop() {
-        Some(free) => free,
+        Some((region, index)) => {
+            if lock(&region).used == 0 {
+                c.empty -= 1;
+            }
+            (region, index)
+        }
         None => {
             let region = Arc::new(Mutex::new(Region::map()?));
             c.free
@@ -256,12 +275,14 @@ mod tests {
     // The one test of the 512 KiB class, so that no other test's slots meet
     // its counts.
     #[test]
-    fn blocks_fill_a_regions_slots_first_and_an_empty_region_goes() {
+    fn blocks_fill_a_regions_slots_first_and_spare_regions_are_kept() {
         let class = class_of(512 << 10).unwrap().1;
         let content: Vec<u8> = (0..512u32 << 10).map(|i| (i % 253) as u8).collect();
         let (_d, f) = file_of(&content);
+        let block = || read_block(&f, 512 << 10).unwrap();
+        let empty = || lock(&CLASSES[class]).empty;
         assert_eq!(free_of(class), (0, 0));
-        let blocks: Vec<Bytes> = (0..5).map(|_| read_block(&f, 512 << 10).unwrap()).collect();
+        let mut blocks: Vec<Bytes> = (0..5).map(|_| block()).collect();
         // Four slots to a region: two regions, three slots of the second free.
         assert_eq!(free_of(class), (1, 3));
         for b in &blocks {
@@ -275,27 +296,29 @@ mod tests {
         assert_ne!(region_of(&blocks[4]), region_of(&blocks[0]));
         // A slice outlives the block it was cut from.
         let tail = blocks[1].slice(1000..2000);
-        let mut blocks = blocks;
-        let fifth = blocks.pop().unwrap();
-        drop(fifth);
-        assert_eq!(free_of(class), (0, 0), "the second region is empty: gone");
+        let second = region_of(&blocks[4]);
+        drop(blocks.pop());
+        assert_eq!((free_of(class), empty()), ((1, 4), 1), "kept, empty");
         drop(blocks.remove(0));
-        assert_eq!(free_of(class), (1, 1));
-        // A freed slot is filled before a region is added.
+        assert_eq!(free_of(class), (2, 5));
+        // The slot freed last is filled first.
         let again = read_block(&f, 300 << 10).unwrap();
-        assert_eq!(free_of(class), (0, 0));
         assert_eq!(&again[..], &content[..300 << 10]);
+        assert_ne!(region_of(&again), second);
+        assert_eq!(free_of(class), (1, 4));
         drop(blocks);
         assert_eq!(&tail[..], &content[1000..2000]);
-        assert_eq!(free_of(class), (1, 2));
         drop((tail, again));
-        assert_eq!(free_of(class), (0, 0));
-        // A read that fails frees its slot.
-        assert!(read_block(&f, 400 << 10).is_some());
-        assert!(read_block(&f, (512 << 10) - 1).is_some());
+        assert_eq!((free_of(class), empty()), ((2, 8), 2));
+        // Past SPARE empty regions, a region whose last block goes is unmapped.
+        let many: Vec<Bytes> = (0..4 * (SPARE + 2)).map(|_| block()).collect();
+        assert_eq!((free_of(class), empty()), ((0, 0), 0));
+        drop(many);
+        assert_eq!((free_of(class), empty()), ((SPARE, 4 * SPARE), SPARE));
+        // A fill that fails frees its slot.
         let (_e, short) = file_of(&content[..100]);
         assert!(read_block(&short, 300 << 10).is_none());
-        assert_eq!(free_of(class), (0, 0));
+        assert_eq!((free_of(class), empty()), ((SPARE, 4 * SPARE), SPARE));
     }
 
     #[test]
