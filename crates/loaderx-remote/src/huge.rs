@@ -19,16 +19,50 @@
 //! are, else given back: a block read for one gather and let go of at once
 //! would otherwise cost a fresh region, its 2 MiB zeroed by the kernel, where
 //! the heap reuses freed memory as it is.
+//!
+//! Where a fresh huge page is slow to come by (a virtual machine whose host
+//! takes free memory back, as a balloon device's free page reporting does, so
+//! that each new 2 MiB page is the host's to find and zero: 11 ms each on
+//! the machine these were measured on, against a fraction of a millisecond
+//! where it is only zeroed), reading blocks into new regions would cap a cold
+//! pass at a few hundred MB/s. Each new region's first byte is written when
+//! it is mapped, and timed: after `SLOW_TOUCHES` touches slower than
+//! `SLOW_TOUCH`, no new block is given a slot, and blocks get ordinary memory
+//! for the rest of the process.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
 /// Bytes of a region: one huge page on x86-64 and arm64 with 4 KiB pages.
 const REGION: usize = 2 << 20;
+/// A new region's first touch slower than this is a slow one.
+const SLOW_TOUCH: Duration = Duration::from_millis(2);
+/// Slow touches after which new blocks get ordinary memory: two, so that one
+/// preempted touch does not decide.
+const SLOW_TOUCHES: usize = 2;
+
+/// Slow touches of new regions so far in this process.
+static SLOW: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts a new region's first touch that took `took` in `slow`; whether
+/// regions are still worth making.
+fn touched(took: Duration, slow: &AtomicUsize) -> bool {
+    if took > SLOW_TOUCH {
+        slow.fetch_add(1, Ordering::Relaxed);
+    }
+    worth_it(slow)
+}
+
+fn worth_it(slow: &AtomicUsize) -> bool {
+    slow.load(Ordering::Relaxed) < SLOW_TOUCHES
+}
+
 /// Empty regions kept per slot size.
 const SPARE: usize = 4;
 
@@ -82,6 +116,10 @@ impl Region {
             }
             libc::madvise(aligned as *mut libc::c_void, REGION, libc::MADV_HUGEPAGE);
         }
+        let at = Instant::now();
+        // SAFETY: the first byte of the region just mapped, writable.
+        unsafe { std::ptr::write_volatile(aligned as *mut u8, 0) };
+        touched(at.elapsed(), &SLOW);
         Some(Region {
             base: NonNull::new(aligned as *mut u8)?,
             used: 0,
@@ -190,22 +228,23 @@ fn take(slot: usize, class: usize) -> Option<(Arc<Mutex<Region>>, usize)> {
 /// `len` bytes of `f` from its start, as a block kept whole; `None` if the
 /// file is shorter now or the memory is not there.
 pub(crate) fn read_block(f: &File, len: u64) -> Option<Bytes> {
-    filled(usize::try_from(len).ok()?, |buf| {
-        f.read_exact_at(buf, 0).is_ok()
-    })
+    let fill = |buf: &mut [u8]| f.read_exact_at(buf, 0).is_ok();
+    filled(usize::try_from(len).ok()?, fill, worth_it(&SLOW))
 }
 
 /// A copy of `bytes` as a block kept whole; `None` if the memory is not there.
 pub(crate) fn copied(bytes: &[u8]) -> Option<Bytes> {
-    filled(bytes.len(), |buf| {
+    let fill = |buf: &mut [u8]| {
         buf.copy_from_slice(bytes);
         true
-    })
+    };
+    filled(bytes.len(), fill, worth_it(&SLOW))
 }
 
-/// `n` bytes that `fill` writes (`false`: it failed, and nothing is made).
-fn filled(n: usize, fill: impl FnOnce(&mut [u8]) -> bool) -> Option<Bytes> {
-    let Some((size, class)) = class_of(n) else {
+/// `n` bytes that `fill` writes (`false`: it failed, and nothing is made),
+/// in a region's slot where `regions` and the size has one.
+fn filled(n: usize, fill: impl FnOnce(&mut [u8]) -> bool, regions: bool) -> Option<Bytes> {
+    let Some((size, class)) = class_of(n).filter(|_| regions) else {
         let mut buf = Vec::new();
         buf.try_reserve_exact(n).ok()?;
         buf.resize(n, 0);
@@ -244,6 +283,11 @@ mod tests {
         (regions.len(), c.free.len())
     }
 
+    /// [`read_block`] in a region's slot however slow new regions were.
+    fn read_region(f: &File, len: u64) -> Option<Bytes> {
+        filled(len as usize, |buf| f.read_exact_at(buf, 0).is_ok(), true)
+    }
+
     fn file_of(bytes: &[u8]) -> (tempfile::TempDir, File) {
         let d = tempfile::tempdir().unwrap();
         let path = d.path().join("block");
@@ -262,14 +306,13 @@ mod tests {
         assert_eq!(class_of((2 << 20) + 1), None);
         assert_eq!(class_of(0), None);
         let (_d, f) = file_of(&[9u8; 3 << 20]);
-        let big = read_block(&f, 3 << 20).unwrap();
+        let big = read_region(&f, 3 << 20).unwrap();
         assert_eq!(big.len(), 3 << 20);
         assert!(big.iter().all(|&b| b == 9));
-        assert!(read_block(&f, (3 << 20) + 1).is_none(), "past the file");
-        let copy = copied(&[5u8; 64 << 10]).unwrap();
-        assert_eq!(&copy[..], &[5u8; 64 << 10][..]);
-        assert_eq!(copy.as_ptr() as usize % (64 << 10), 0, "in a slot");
+        assert!(read_region(&f, (3 << 20) + 1).is_none(), "past the file");
+        assert_eq!(&copied(&[5u8; 64 << 10]).unwrap()[..], &[5u8; 64 << 10][..]);
         assert_eq!(&copied(b"small").unwrap()[..], b"small");
+        assert_eq!(&read_block(&f, 1 << 20).unwrap()[..], &[9u8; 1 << 20][..]);
     }
 
     // The one test of the 512 KiB class, so that no other test's slots meet
@@ -279,7 +322,7 @@ mod tests {
         let class = class_of(512 << 10).unwrap().1;
         let content: Vec<u8> = (0..512u32 << 10).map(|i| (i % 253) as u8).collect();
         let (_d, f) = file_of(&content);
-        let block = || read_block(&f, 512 << 10).unwrap();
+        let block = || read_region(&f, 512 << 10).unwrap();
         let empty = || lock(&CLASSES[class]).empty;
         assert_eq!(free_of(class), (0, 0));
         let mut blocks: Vec<Bytes> = (0..5).map(|_| block()).collect();
@@ -302,7 +345,7 @@ mod tests {
         drop(blocks.remove(0));
         assert_eq!(free_of(class), (2, 5));
         // The slot freed last is filled first.
-        let again = read_block(&f, 300 << 10).unwrap();
+        let again = read_region(&f, 300 << 10).unwrap();
         assert_eq!(&again[..], &content[..300 << 10]);
         assert_ne!(region_of(&again), second);
         assert_eq!(free_of(class), (1, 4));
@@ -317,8 +360,18 @@ mod tests {
         assert_eq!((free_of(class), empty()), ((SPARE, 4 * SPARE), SPARE));
         // A fill that fails frees its slot.
         let (_e, short) = file_of(&content[..100]);
-        assert!(read_block(&short, 300 << 10).is_none());
+        assert!(read_region(&short, 300 << 10).is_none());
         assert_eq!((free_of(class), empty()), ((SPARE, 4 * SPARE), SPARE));
+    }
+
+    #[test]
+    fn two_slow_touches_of_new_regions_turn_them_off() {
+        let slow = AtomicUsize::new(0);
+        assert!(touched(Duration::from_micros(300), &slow));
+        assert!(touched(SLOW_TOUCH * 3, &slow), "one may be a preemption");
+        assert!(touched(Duration::from_micros(300), &slow));
+        assert!(!touched(SLOW_TOUCH * 3, &slow));
+        assert!(!touched(Duration::ZERO, &slow), "for good");
     }
 
     #[test]
@@ -331,7 +384,7 @@ mod tests {
                 s.spawn(move || {
                     let mut held = Vec::new();
                     for i in 0..40 {
-                        held.push(read_block(f, 1 << 20).unwrap());
+                        held.push(read_region(f, 1 << 20).unwrap());
                         if (i + t) % 3 == 0 {
                             held.swap_remove(i % held.len());
                         }
