@@ -22,10 +22,10 @@
 //!
 //! Where a fresh huge page is slow to come by (a virtual machine whose host
 //! takes free memory back, as a balloon device's free page reporting does, so
-//! that each new 2 MiB page is the host's to find and zero: 11 ms each on
-//! the machine these were measured on, against a fraction of a millisecond
-//! where it is only zeroed), reading blocks into new regions would cap a cold
-//! pass at a few hundred MB/s. Each new region's first byte is written when
+//! that each new 2 MiB page is the host's to find and zero, milliseconds
+//! where zeroing alone takes a fraction of one), reading blocks into new
+//! regions would slow a cold pass more than the page walks it saves
+//! (docs/benchmarks.md, "At scale"). Each new region's first byte is written when
 //! it is mapped, and timed: after `SLOW_TOUCHES` touches slower than
 //! `SLOW_TOUCH`, no new block is given a slot, and blocks get ordinary memory
 //! for the rest of the process.
