@@ -15,8 +15,10 @@ use std::sync::OnceLock;
 /// bytes costs less than the cache miss a look at a large set may be.
 const MIN_BYTES: usize = 128;
 
-/// Positions per chunk of the set, allocated when one of them first passes.
-const CHUNK: u64 = 1 << 16;
+/// Positions per chunk of the set, allocated when one of them first passes:
+/// large enough that a new set (one after each block memory lets go of)
+/// makes few empty chunks, under a thousand for a billion records.
+const CHUNK: u64 = 1 << 20;
 const WORDS: usize = (CHUNK / 64) as usize;
 
 /// A set of record positions of one store, by bits in chunks.
