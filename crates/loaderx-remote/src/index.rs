@@ -228,7 +228,7 @@ impl<I: IndexSource> Blocks<'_, I> {
     pub async fn get(&self, needed: &[usize], how: Use) -> Result<Vec<Block>> {
         let mut found: HashMap<usize, Block> = HashMap::with_capacity(needed.len());
         if how == Use::Verify {
-            for block in self.fetch(needed).await? {
+            for block in self.fetch(needed, how).await? {
                 found.insert(block.block(), block);
             }
             return collect(needed, found);
@@ -366,7 +366,7 @@ impl<I: IndexSource> Blocks<'_, I> {
     /// Fetches `wanted` and keeps the blocks in the cache and, for a gather, in
     /// memory.
     async fn fetch_and_keep(&self, wanted: &[usize], how: Use) -> Result<Vec<Block>> {
-        let fetched = self.fetch(wanted).await?;
+        let fetched = self.fetch(wanted, how).await?;
         if let (Some(cache), false) = (self.cache, fetched.is_empty()) {
             let (c, id) = (cache.clone(), self.id());
             let kept: Vec<Block> = fetched.clone();
@@ -421,7 +421,7 @@ impl<I: IndexSource> Blocks<'_, I> {
 
     /// Fetches the blocks `wanted` (sorted) from object storage, neighbours in
     /// one request up to the request size, and checks each.
-    async fn fetch(&self, wanted: &[usize]) -> Result<Vec<Block>> {
+    async fn fetch(&self, wanted: &[usize], how: Use) -> Result<Vec<Block>> {
         let most = self.fetcher.opts().max_request_bytes;
         let mut runs: Vec<(usize, usize)> = Vec::new();
         for &b in wanted {
@@ -449,10 +449,14 @@ impl<I: IndexSource> Blocks<'_, I> {
             for b in first..=last {
                 let r = self.meta.index_block_range(b);
                 let at = (r.start - base) as usize..(r.end - base) as usize;
-                // A copy of its own: kept in memory, a block is better in a
-                // huge page, and holds no more of the response than itself.
-                let piece =
-                    crate::huge::copied(&bytes[at.clone()]).unwrap_or_else(|| bytes.slice(at));
+                // A gather's blocks are kept in memory: a copy of its own is
+                // better in a huge page, and holds no more of the response
+                // than itself. A scan's or a verify's are not kept.
+                let piece = match how {
+                    Use::Gather => crate::huge::copied(&bytes[at.clone()]),
+                    Use::Scan | Use::Verify => None,
+                }
+                .unwrap_or_else(|| bytes.slice(at));
                 out.push(self.meta.check_index_block(b, piece)?);
             }
         }
