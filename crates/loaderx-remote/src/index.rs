@@ -19,7 +19,6 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use loaderx_gather::{Error, Result};
-use rustc_hash::FxHashMap;
 use zrecord::{CheckedBlock, HeldBlocks, HeldIndex, IndexSource, Metadata, Resolved, INDEX_FILE};
 
 use crate::cache::Cache;
@@ -89,34 +88,60 @@ pub(crate) struct Memory {
 
 struct Lru {
     held: HeldIndex<Bytes>,
-    /// Block number to its last use.
-    used: FxHashMap<usize, u64>,
-    tick: u64,
+    /// The count of uses (`tick`) at each block number's last use, read only
+    /// for the blocks held: indexed by number, as a read of tiny records
+    /// marks a block per record (four bytes a block, as the held set's table).
+    last: Vec<u32>,
+    tick: u32,
     bytes: u64,
 }
 
 impl Lru {
+    /// The count of the use beginning now, the uses of held blocks renumbered
+    /// in their order first once the count would overflow.
+    fn next_tick(&mut self) -> u32 {
+        if self.tick == u32::MAX {
+            let mut by_age: Vec<(u32, usize)> =
+                self.held.numbers().map(|b| (self.last[b], b)).collect();
+            by_age.sort_unstable();
+            for (t, &(_, b)) in (1..).zip(&by_age) {
+                self.last[b] = t;
+            }
+            self.tick = by_age.len() as u32;
+        }
+        self.tick += 1;
+        self.tick
+    }
+
+    /// Marks block `b` used at `tick`.
+    #[inline]
+    fn mark(&mut self, b: usize, tick: u32) {
+        if let Some(t) = self.last.get_mut(b) {
+            *t = tick;
+        }
+    }
+
     /// Block `b` if held, marked used now.
     #[inline]
     fn used(&mut self, b: usize) -> Option<Block> {
-        self.tick += 1;
-        let tick = self.tick;
-        *self.used.get_mut(&b)? = tick;
-        self.held.get(b).cloned()
+        let block = self.held.get(b).cloned()?;
+        let tick = self.next_tick();
+        self.mark(b, tick);
+        Some(block)
     }
 
     /// Drops the least recently used blocks until `n` more bytes fit `budget`,
     /// and at least an eighth of the blocks: a use costs one store of its tick,
     /// and the order is found only here, once per many insertions.
     fn evict(&mut self, n: u64, budget: u64) {
-        let mut by_age: Vec<(u64, usize)> = self.used.iter().map(|(&b, &t)| (t, b)).collect();
+        let mut by_age: Vec<(u32, usize)> =
+            self.held.numbers().map(|b| (self.last[b], b)).collect();
         by_age.sort_unstable();
-        let batch = self.used.len() / 8;
+        let batch = by_age.len() / 8;
         for (k, (_, b)) in by_age.into_iter().enumerate() {
             if self.bytes + n <= budget && k >= batch {
                 break;
             }
-            self.used.remove(&b);
             if let Some(gone) = self.held.remove(b) {
                 self.bytes -= gone.bytes().len() as u64;
             }
@@ -131,7 +156,7 @@ impl Memory {
             budget,
             inner: Mutex::new(Lru {
                 held: HeldIndex::new(meta),
-                used: FxHashMap::default(),
+                last: Vec::new(),
                 tick: 0,
                 bytes: 0,
             }),
@@ -158,18 +183,11 @@ impl Memory {
         let Some(entries) = view.held_entries(idx)? else {
             return Ok(None);
         };
-        lru.tick += 1;
-        let (tick, mut last) = (lru.tick, usize::MAX);
+        let tick = lru.next_tick();
         for &i in idx {
             let (first, end) = meta.entry_blocks(i);
-            for b in [first, end] {
-                if b != last {
-                    if let Some(t) = lru.used.get_mut(&b) {
-                        *t = tick;
-                    }
-                    last = b;
-                }
-            }
+            lru.mark(first, tick);
+            lru.mark(end, tick);
         }
         Ok(Some(entries))
     }
@@ -195,9 +213,11 @@ impl Memory {
             lru.evict(n, self.budget);
         }
         if lru.held.insert(block) {
-            lru.tick += 1;
-            let tick = lru.tick;
-            lru.used.insert(b, tick);
+            if lru.last.len() <= b {
+                lru.last.resize(b + 1, 0);
+            }
+            let tick = lru.next_tick();
+            lru.mark(b, tick);
             lru.bytes += n;
         }
     }
@@ -562,6 +582,27 @@ mod tests {
         let none = Memory::new(0, &meta);
         none.put(block(0));
         assert_eq!(none.held(), (0, 0));
+    }
+
+    #[test]
+    fn uses_keep_their_order_when_the_count_of_uses_runs_out() {
+        let (_dir, meta, index, mem) = three_blocks_held();
+        let block = |b: usize| checked_block(&meta, &index, b);
+        // Used 2, then 0, then 1, the count of uses running out in between.
+        mem.inner.lock().unwrap().tick = u32::MAX - 1;
+        assert!(mem.get(2).is_some());
+        assert!(mem.get(0).is_some());
+        assert_eq!(
+            mem.inner.lock().unwrap().tick,
+            4,
+            "three renumbered, then this use"
+        );
+        assert!(mem.get(1).is_some());
+        // Least recently used first out: 2, then 0.
+        mem.put(block(3));
+        assert!(mem.get(2).is_none() && mem.get(0).is_some());
+        mem.put(block(4));
+        assert!(mem.get(1).is_none() && mem.get(0).is_some() && mem.get(3).is_some());
     }
 
     #[test]

@@ -243,17 +243,24 @@ impl<I: IndexSource> Metadata<I> {
 
 /// Checked index blocks of one store kept between reads: a set blocks join
 /// and leave one at a time, read through [`Metadata::over_held`] with no
-/// per-read view to build. Blocks are found by hashing their number, and an
-/// entry that crosses from one held block into the next is joined when the
-/// second of the two comes in, so a read finds every entry in one lookup.
+/// per-read view to build. Blocks are found by number in a table of every
+/// block number up to the highest held (four bytes each: under 1.5 MiB for
+/// a billion Dense records), not by hashing, as a read of tiny records looks
+/// one up per record; and an entry that crosses from one held block into the
+/// next is joined when the second of the two comes in, so a read finds every
+/// entry in one lookup.
 pub struct HeldIndex<B> {
     store: u64,
     len: u64,
     entry_size: usize,
-    blocks: FxHashMap<usize, CheckedBlock<B>>,
+    /// The place in `blocks` of each block number, `NOT_HELD` for none.
+    places: Vec<u32>,
+    blocks: Vec<CheckedBlock<B>>,
     /// Entries across a block boundary, by their first byte.
     joined: FxHashMap<usize, Box<[u8]>>,
 }
+
+const NOT_HELD: u32 = u32::MAX;
 
 impl<B: AsRef<[u8]>> HeldIndex<B> {
     /// An empty set for the store of `meta`.
@@ -262,7 +269,8 @@ impl<B: AsRef<[u8]>> HeldIndex<B> {
             store: meta.info().header().checksum,
             len: meta.info().header().index_size,
             entry_size: meta.core().entry_size,
-            blocks: FxHashMap::default(),
+            places: Vec::new(),
+            blocks: Vec::new(),
             joined: FxHashMap::default(),
         }
     }
@@ -270,12 +278,15 @@ impl<B: AsRef<[u8]>> HeldIndex<B> {
     /// Block `b`, if held.
     #[inline]
     pub fn get(&self, b: usize) -> Option<&CheckedBlock<B>> {
-        self.blocks.get(&b)
+        match *self.places.get(b)? {
+            NOT_HELD => None,
+            k => self.blocks.get(k as usize),
+        }
     }
 
     /// Whether block `b` is held.
     pub fn contains(&self, b: usize) -> bool {
-        self.blocks.contains_key(&b)
+        self.get(b).is_some()
     }
 
     /// How many blocks are held.
@@ -288,14 +299,26 @@ impl<B: AsRef<[u8]>> HeldIndex<B> {
         self.blocks.is_empty()
     }
 
+    /// The numbers of the blocks held, in no order.
+    pub fn numbers(&self) -> impl Iterator<Item = usize> + '_ {
+        self.blocks.iter().map(|b| b.block)
+    }
+
     /// Holds `block`; `false` (and nothing held) for a block of another store
     /// or one already held.
     pub fn insert(&mut self, block: CheckedBlock<B>) -> bool {
         let b = block.block;
-        if block.store != self.store || self.blocks.contains_key(&b) {
+        let Ok(k) = u32::try_from(self.blocks.len()) else {
+            return false;
+        };
+        if block.store != self.store || self.contains(b) || k == NOT_HELD {
             return false;
         }
-        self.blocks.insert(b, block);
+        if self.places.len() <= b {
+            self.places.resize(b + 1, NOT_HELD);
+        }
+        self.places[b] = k;
+        self.blocks.push(block);
         for edge in [b, b + 1] {
             self.join_at(edge);
         }
@@ -304,7 +327,15 @@ impl<B: AsRef<[u8]>> HeldIndex<B> {
 
     /// Drops block `b`, and the entries joined across its edges.
     pub fn remove(&mut self, b: usize) -> Option<CheckedBlock<B>> {
-        let gone = self.blocks.remove(&b)?;
+        let k = match *self.places.get(b)? {
+            NOT_HELD => return None,
+            k => k as usize,
+        };
+        self.places[b] = NOT_HELD;
+        let gone = self.blocks.swap_remove(k);
+        if let Some(moved) = self.blocks.get(k) {
+            self.places[moved.block] = k as u32;
+        }
         for edge in [b, b + 1] {
             let at = edge.saturating_mul(INDEX_BLOCK_BYTES);
             self.joined
@@ -319,7 +350,7 @@ impl<B: AsRef<[u8]>> HeldIndex<B> {
         let Some(before) = edge.checked_sub(1) else {
             return;
         };
-        let (Some(head), Some(tail)) = (self.blocks.get(&before), self.blocks.get(&edge)) else {
+        let (Some(head), Some(tail)) = (self.get(before), self.get(edge)) else {
             return;
         };
         if let Some((start, entry)) =
@@ -339,7 +370,7 @@ impl<B: AsRef<[u8]> + Send + Sync> IndexSource for &HeldIndex<B> {
     fn bytes(&self, range: Range<usize>) -> Option<&[u8]> {
         held_bytes(
             range,
-            |b| Some(self.blocks.get(&b)?.bytes()),
+            |b| Some(self.get(b)?.bytes()),
             |start| Some(&self.joined.get(&start)?[..]),
         )
     }

@@ -267,6 +267,14 @@ fn a_held_index_joins_crossing_entries_as_blocks_come_and_drops_them_as_blocks_g
     // Block 1 leaves, and both entries joined across its edges with it.
     assert!(held.remove(1).is_some());
     assert!(held.remove(1).is_none());
+    // The others are each found by their own number still.
+    for b in [0, 2, 3] {
+        assert_eq!(held.get(b).map(|k| k.block()), Some(b));
+    }
+    let mut numbers: Vec<usize> = held.numbers().collect();
+    numbers.sort_unstable();
+    assert_eq!(numbers, [0, 2, 3]);
+    assert!(held.get(1).is_none() && held.get(4).is_none() && held.get(usize::MAX).is_none());
     let view = meta.over_held(&held).unwrap();
     assert_eq!(view.held_entries(&[2730]).unwrap(), None);
     assert_eq!(view.held_entries(&[5461]).unwrap(), None);
