@@ -564,6 +564,13 @@ impl Source {
         // are not waited for: its own bytes of them are fetched now, as
         // without a cache, and the blocks come whole behind it.
         let sparse = self.take_sparse(&mut missing, bs);
+        // Begun now, not once the parts are in: the gathers begun beside this
+        // one then find the blocks on their way and wait for them, where each
+        // would otherwise send hundreds of requests for its own parts, ahead
+        // of the blocks' own requests.
+        if !sparse.is_empty() {
+            self.fetch_behind(cache, sparse.keys().copied());
+        }
         let claimed = self.fetcher.claim_blocks(missing.keys().copied());
         let fetch_mine = async {
             let got = self.fetch_claimed(cache, claimed.keys()).await;
@@ -636,9 +643,6 @@ impl Source {
         spans.sort();
         // Used now, wherever they came from: read-ahead no longer holds them.
         self.ahead.used(touched);
-        if !sparse.is_empty() {
-            self.fetch_behind(cache, sparse.into_keys());
-        }
         Ok((spans, cached))
     }
 

@@ -166,6 +166,12 @@ impl Ahead {
         (taken, true)
     }
 
+    /// Whether block `key` is reserved: a warm or a gather's fetch behind it
+    /// is about to fetch it, if it has not begun.
+    fn reserved(&self, key: &BlockKey) -> bool {
+        self.state().held.contains_key(key)
+    }
+
     /// Forgets the blocks of `keys` a warm of `generation` reserved and did
     /// not fetch.
     fn release(&self, generation: u64, keys: impl IntoIterator<Item = BlockKey>) {
@@ -455,9 +461,10 @@ impl Source {
                 ((f, b), used, self.block_len(bs, f, b))
             })
             .filter(|&(_, used, len)| used.saturating_mul(SPARSE_USE) < len)
-            // One on its way whole is waited for: it comes in about the time
-            // a request for the parts would.
-            .filter(|(k, _, _)| !self.fetcher.in_flight(k))
+            // One on its way whole (or reserved to be: its request follows
+            // at once) is waited for: it comes in about the time a request
+            // for the parts would.
+            .filter(|(k, _, _)| !self.fetcher.in_flight(k) && !self.ahead.reserved(k))
             .map(|(k, _, len)| (k, len))
             .collect();
         if sparse.iter().map(|&(_, len)| len).sum::<u64>() < SPARSE_MIN_BYTES {
