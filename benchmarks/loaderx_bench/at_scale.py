@@ -15,9 +15,10 @@ and read in fresh processes:
   records, else ``--steps`` steps. Printed: the Loader's first step (from before
   the open, as the first batch; through the cache it fetches whole blocks),
   records/s from the Loader's start (after the open) and over the steps after
-  its first (whose wait the first step's time shows), the bytes nginx served against the store's size (for a part of a
-  pass, against the same share of the store), its requests per second, and the
-  process's RSS and PSS at the end. A pass of at most 10,000 steps is timed
+  its first (whose wait the first step's time shows), the bytes nginx served
+  against the store's size (for a part of a pass, against the same share of
+  the store), its requests per second, and the process's RSS and PSS at the
+  end. A pass of at most 10,000 steps is timed
   three times, each from an empty cache, and the run of median rate kept (with
   its traffic and warm pass). Before each cold pass the disk is synced, and the
   caches are deleted only once a size is done: deleting one just before a pass
