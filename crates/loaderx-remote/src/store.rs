@@ -642,7 +642,9 @@ impl Source {
         }
         spans.sort();
         // Used now, wherever they came from: read-ahead no longer holds them.
-        self.ahead.used(touched);
+        // The blocks behind it stay counted until they are in.
+        self.ahead
+            .used(touched.into_iter().filter(|k| !sparse.contains_key(k)));
         Ok((spans, cached))
     }
 
