@@ -223,6 +223,7 @@ impl Memory {
     }
 
     /// Bytes of blocks held, and how many.
+    #[cfg(test)]
     pub fn held(&self) -> (u64, usize) {
         let lru = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         (lru.bytes, lru.held.len())

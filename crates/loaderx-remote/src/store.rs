@@ -142,11 +142,6 @@ impl RemoteStore {
         &self.0.meta
     }
 
-    /// Bytes and number of index blocks the store keeps in memory now.
-    pub fn index_held(&self) -> (u64, usize) {
-        self.0.index.held()
-    }
-
     /// The store over the index blocks `needed`, from memory, the cache or
     /// object storage as `how` allows; `None` when the index was read whole.
     async fn view(

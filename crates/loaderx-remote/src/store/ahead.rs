@@ -134,6 +134,7 @@ impl Ahead {
     }
 
     /// Bytes of blocks fetched ahead and not yet used, and how many blocks.
+    #[cfg(test)]
     pub fn held(&self) -> (u64, usize) {
         let s = self.state();
         (s.bytes, s.held.len())
@@ -336,11 +337,6 @@ impl RemoteStore {
     /// in memory and the cache.
     pub fn cancel_warm(&self) {
         self.0.ahead.cancel();
-    }
-
-    /// Bytes and number of blocks fetched ahead and not yet used by a gather.
-    pub fn warm_held(&self) -> (u64, usize) {
-        self.0.ahead.held()
     }
 
     async fn warm_task(
