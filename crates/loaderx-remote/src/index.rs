@@ -101,9 +101,7 @@ impl Lru {
     /// in their order first once the count would overflow.
     fn next_tick(&mut self) -> u32 {
         if self.tick == u32::MAX {
-            let mut by_age: Vec<(u32, usize)> =
-                self.held.numbers().map(|b| (self.last[b], b)).collect();
-            by_age.sort_unstable();
+            let by_age = self.by_age();
             for (t, &(_, b)) in (1..).zip(&by_age) {
                 self.last[b] = t;
             }
@@ -111,6 +109,15 @@ impl Lru {
         }
         self.tick += 1;
         self.tick
+    }
+
+    /// The blocks held, by their last use and number, least recently used
+    /// first.
+    fn by_age(&self) -> Vec<(u32, usize)> {
+        let mut by_age: Vec<(u32, usize)> =
+            self.held.numbers().map(|b| (self.last[b], b)).collect();
+        by_age.sort_unstable();
+        by_age
     }
 
     /// Marks block `b` used at `tick`.
@@ -134,9 +141,7 @@ impl Lru {
     /// and at least an eighth of the blocks: a use costs one store of its tick,
     /// and the order is found only here, once per many insertions.
     fn evict(&mut self, n: u64, budget: u64) {
-        let mut by_age: Vec<(u32, usize)> =
-            self.held.numbers().map(|b| (self.last[b], b)).collect();
-        by_age.sort_unstable();
+        let by_age = self.by_age();
         let batch = by_age.len() / 8;
         for (k, (_, b)) in by_age.into_iter().enumerate() {
             if self.bytes + n <= budget && k >= batch {
