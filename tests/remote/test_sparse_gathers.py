@@ -147,9 +147,7 @@ def test_a_gather_beside_a_sparse_one_waits_for_the_blocks_it_is_fetching(tmp_pa
     values = write(tmp_path / "s")
     where, _ = layout(tmp_path / "s")
     beside = POSITIONS + 1  # the next record of each: the same blocks, other bytes
-    with FaultProxy(range_server.url, latency_ms=300) as proxy:
-        cache = Cache(tmp_path / "cache", max_bytes=1 << 30)
-        r = Dense.open(proxy.url + "/s", storage_options=HTTP_STORAGE_OPTIONS, cache=cache)
+    with FaultProxy(range_server.url, latency_ms=300) as proxy, open_remote(proxy, tmp_path) as r:
         got: dict[str, np.ndarray] = {}
         first = threading.Thread(target=lambda: got.update(first=host(r[POSITIONS]).copy()))
         first.start()
@@ -169,7 +167,6 @@ def test_a_gather_beside_a_sparse_one_waits_for_the_blocks_it_is_fetching(tmp_pa
         fetched_whole(range_server, tmp_path / "s", POSITIONS)
         whole = [g for g in range_server.data_gets() if g[2] - g[1] + 1 >= BLOCK // 2]
         assert sorted(whole) == whole_blocks(tmp_path / "s", POSITIONS), "each block once"
-        r.close()
 
 
 def test_blocks_behind_a_gather_hold_the_budget_until_they_are_in(tmp_path, range_server):
@@ -185,13 +182,12 @@ def test_blocks_behind_a_gather_hold_the_budget_until_they_are_in(tmp_path, rang
     second = second[second < n]
     blocks = [{(where[p][0], where[p][1] // BLOCK) for p in g} for g in (first, second)]
     assert len(blocks[0]) == len(blocks[1]) == 10 and blocks[0].isdisjoint(blocks[1])
-    options = {**HTTP_STORAGE_OPTIONS, "read_ahead_bytes": str(10 << 20)}
-    with FaultProxy(range_server.url, latency_ms=300, body_bytes_per_s=1 << 20) as proxy:
-        cache = Cache(tmp_path / "cache", max_bytes=1 << 30)
-        r = Dense.open(proxy.url + "/s", storage_options=options, cache=cache)
+    with (
+        FaultProxy(range_server.url, latency_ms=300, body_bytes_per_s=1 << 20) as proxy,
+        open_remote(proxy, tmp_path, read_ahead_bytes=str(10 << 20)) as r,
+    ):
         for positions in (first, second):
             np.testing.assert_array_equal(host(r[positions]), values[positions])
         fetched_whole(range_server, tmp_path / "s", first)
         time.sleep(1.0)  # three round trips: a block behind the second would be asked for
         assert not set(range_server.data_gets()) & set(whole_blocks(tmp_path / "s", second))
-        r.close()
