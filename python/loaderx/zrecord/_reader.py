@@ -409,11 +409,12 @@ class StoreReader(ABC, Generic[_BatchT]):
         `positions` will need (into memory and the block cache), and returns
         at once; no gather's values change. Returns how many steps the call
         covers, this one first: 0 when nothing was begun (the store's blocks
-        fetched ahead and not yet used fill its ``read_ahead_bytes``, or
-        enough warms run) and the caller asks again later; ``n > 1`` when the
-        warms before found every block held, so that the next ``n - 1`` steps
-        need no warm either. The Loader calls it for the steps beyond those it
-        has begun."""
+        fetched ahead and not yet used fill its ``read_ahead_bytes``, enough
+        warms run, or the last warm to end found every block held and those
+        still running will tell whether that holds) and the caller asks again
+        later, for the same step; ``n > 1`` when the warms before found every
+        block held, so that the next ``n - 1`` steps need no warm either. The
+        Loader calls it for the steps beyond those it has begun."""
         return self._store().warm(positions)
 
     def _cancel_warm(self) -> None:

@@ -77,13 +77,11 @@ const MOST_RUNNING: usize = 32;
 /// What a call of [`RemoteStore::warm`] does, decided under the state's lock.
 #[derive(Debug, PartialEq, Eq)]
 enum Turn {
-    /// Nothing now: the budget is full, or enough warms run already. The
-    /// caller asks again later.
+    /// Nothing now: the budget is full, enough warms run already, or the
+    /// last warm to end found everything held and those still running will
+    /// tell whether that holds. The caller asks again later, for the same
+    /// step.
     Refuse,
-    /// Nothing for this step and the next `n - 1`: the warms before found
-    /// everything held, and one that will tell whether that still holds is
-    /// running.
-    Skip(u64),
     /// Begin a warm of this step, which covers the next `n - 1` too.
     Begin(u64),
 }
@@ -91,11 +89,10 @@ enum Turn {
 impl State {
     fn turn(&self, budget: u64) -> Turn {
         let covers = 1u64 << self.idle;
-        if self.bytes >= budget {
-            Turn::Refuse
-        } else if self.idle > 0 && self.running > 0 {
-            Turn::Skip(covers)
-        } else if self.running >= MOST_RUNNING {
+        if self.bytes >= budget
+            || (self.idle > 0 && self.running > 0)
+            || self.running >= MOST_RUNNING
+        {
             Turn::Refuse
         } else {
             Turn::Begin(covers)
@@ -257,8 +254,9 @@ impl RemoteStore {
     /// blocks neither memory nor the cache holds are fetched, and only while
     /// the blocks fetched ahead and not yet used fit the budget. Returns how
     /// many steps the call covers, this one first: 0 says nothing was begun
-    /// (the budget is full, or enough warms run) and the caller asks again
-    /// later; `n > 1` that the warms before found everything held, so the
+    /// (the budget is full, enough warms run, or the last warm to end found
+    /// everything held and those still running will tell whether that
+    /// holds) and the caller asks again later; `n > 1` that the warms before found everything held, so the
     /// caller need not warm the next `n - 1` steps either. Positions that are
     /// not the store's are left for the gather to refuse. Whatever fails is
     /// dropped: the gather that needs the block fetches it, and reports the
@@ -273,7 +271,6 @@ impl RemoteStore {
             let s = ahead.state();
             match s.turn(ahead.budget) {
                 Turn::Refuse => return Ok(0),
-                Turn::Skip(n) => return Ok(n),
                 Turn::Begin(n) => (s.generation, n),
             }
         };
@@ -581,10 +578,14 @@ mod tests {
         assert_eq!(turn(&ahead), Turn::Refuse);
         ahead.ended(0);
         assert_eq!(turn(&ahead), Turn::Begin(1));
-        // Once one found everything held, a running warm covers the steps
-        // until it tells; the next begun covers as many.
+        // Once one found everything held, the next step waits for the warms
+        // still running to tell whether that holds: a caller asking again at
+        // once is refused each time, not told to skip steps it then never
+        // warms (a slow warm let a Loader skip half of its 512 steps ahead).
         ahead.found(false);
-        assert_eq!(turn(&ahead), Turn::Skip(2));
+        for _ in 0..3 {
+            assert_eq!(turn(&ahead), Turn::Refuse);
+        }
         for _ in 0..MOST_RUNNING - 1 {
             ahead.ended(0);
         }
