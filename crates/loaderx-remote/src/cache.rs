@@ -36,6 +36,7 @@ use loaderx_gather::{Error, Result};
 use rustc_hash::FxHashMap;
 
 use crate::huge;
+use claim::Checked;
 use memory::{Kept, Memory, Pool};
 
 /// Block size when the caller does not choose: large enough that a block is
@@ -516,15 +517,30 @@ impl Cache {
         read_at(&f, 0, len)
     }
 
-    /// Stores a block. Failures (a full disk, a removed directory) only cost the
-    /// next read a fetch, so they are not errors.
+    /// Stores a block, as [`Cache::put_blocks`] stores several.
+    #[cfg(test)]
     pub(crate) fn put(&self, store: u64, file: &str, block: u64, bytes: &[u8]) {
-        self.put_file(&self.block_path(store, file, block), bytes);
+        self.put_blocks(store, [(file, block, bytes)]);
+    }
+
+    /// Stores the blocks of `blocks` (file, block number, bytes). Failures (a
+    /// full disk, a removed directory) only cost the next read a fetch, so
+    /// they are not errors.
+    pub(crate) fn put_blocks<'a>(
+        &self,
+        store: u64,
+        blocks: impl IntoIterator<Item = (&'a str, u64, &'a [u8])>,
+    ) {
+        let mut checked = Checked::default();
+        for (file, block, bytes) in blocks {
+            self.put_file(&self.block_path(store, file, block), bytes, &mut checked);
+        }
     }
 
     /// Stores a small file of the store.
     pub(crate) fn put_small(&self, store: u64, file: &str, bytes: &[u8]) {
-        self.put_file(&self.store_dir(store).join(file).join("whole"), bytes);
+        let path = self.store_dir(store).join(file).join("whole");
+        self.put_file(&path, bytes, &mut Checked::default());
     }
 
     /// Forgets a block found damaged.
@@ -538,17 +554,14 @@ impl Cache {
         let _ = fs::remove_file(self.store_dir(store).join(file).join("whole"));
     }
 
-    fn put_file(&self, path: &Path, bytes: &[u8]) {
+    fn put_file(&self, path: &Path, bytes: &[u8], checked: &mut Checked) {
         if bytes.len() as u64 > self.max_bytes {
-            return;
-        }
-        let Some(parent) = path.parent() else { return };
-        if fs::create_dir_all(parent).is_err() {
             return;
         }
         // The three directories under the cache's must be its own, not links
         // that would take the write elsewhere.
-        if !self.own_dirs(parent) {
+        let Some(parent) = path.parent() else { return };
+        if !self.ready_dir(parent, checked) {
             return;
         }
         let tmp = parent.join(format!(

@@ -397,9 +397,11 @@ impl<I: IndexSource> Blocks<'_, I> {
             let (c, id) = (cache.clone(), self.id());
             let kept: Vec<Block> = fetched.clone();
             tokio::task::spawn_blocking(move || {
-                for b in kept {
-                    c.put(id, INDEX_FILE, b.block() as u64, b.bytes());
-                }
+                c.put_blocks(
+                    id,
+                    kept.iter()
+                        .map(|b| (INDEX_FILE, b.block() as u64, b.bytes())),
+                );
             })
             .await
             .map_err(|e| Error::internal(format!("writing the cache did not complete: {e}")))?;

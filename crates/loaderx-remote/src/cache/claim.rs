@@ -95,9 +95,15 @@ fn host_name() -> String {
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
+/// This machine's name, asked for once.
+fn this_host() -> &'static str {
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST.get_or_init(host_name)
+}
+
 /// `<pid>@<host>`: who holds a claim.
 fn holder() -> String {
-    format!("{}@{}", std::process::id(), host_name())
+    format!("{}@{}", std::process::id(), this_host())
 }
 
 /// Whether the holder written in a claim is known to be gone: a process of
@@ -109,7 +115,7 @@ fn holder_gone(text: &str) -> bool {
     let Ok(pid) = pid.parse::<libc::pid_t>() else {
         return true;
     };
-    if pid <= 0 || host != host_name() {
+    if pid <= 0 || host != this_host() {
         return false;
     }
     // SAFETY: signal 0 only asks whether the process exists.
@@ -135,6 +141,12 @@ fn stale(text: &str, meta: &fs::Metadata) -> bool {
     holder_gone(text)
 }
 
+/// The directories one run of claims or writes (the blocks of one fetch) made
+/// and found to be the cache's own: checked once for the run, not once a
+/// block, since most of a run's blocks lie in one directory.
+#[derive(Default)]
+pub(super) struct Checked(Vec<PathBuf>);
+
 /// Claims on fetching some blocks: those this process fetches (with the claims
 /// it holds on them), those other processes are fetching, and those the cache
 /// turned out to hold once claimed.
@@ -154,15 +166,22 @@ impl Cache {
             .join(format!("{PREFIX}{block}"))
     }
 
-    /// Claims fetching block `block` of `file` of store `store` among the
-    /// processes sharing this cache. A stale claim is removed and the block
-    /// claimed again, once.
+    /// [`Cache::claim_in`] of one block.
+    #[cfg(test)]
     pub(crate) fn claim_fetch(&self, store: u64, file: &str, block: u64) -> Claimed {
+        self.claim_in(store, file, block, &mut Checked::default())
+    }
+
+    /// Claims fetching block `block` of `file` of store `store` among the
+    /// processes sharing this cache, the claim's directory made and checked
+    /// unless `checked` has it. A stale claim is removed and the block
+    /// claimed again, once.
+    fn claim_in(&self, store: u64, file: &str, block: u64, checked: &mut Checked) -> Claimed {
         let path = self.claim_path(store, file, block);
         let Some(parent) = path.parent() else {
             return Claimed::Unclaimed;
         };
-        if fs::create_dir_all(parent).is_err() || !self.own_dirs(parent) {
+        if !self.ready_dir(parent, checked) {
             return Claimed::Unclaimed;
         }
         for _ in 0..2 {
@@ -203,7 +222,7 @@ impl Cache {
     }
 
     /// Claims each of `blocks` (a key, its file's name, its number and its
-    /// length) as [`Cache::claim_fetch`] does. A block the cache holds once it
+    /// length) as [`Cache::claim_in`] does. A block the cache holds once it
     /// is claimed is not fetched: whoever fetched it since the caller looked
     /// has written it, then released its claim, so a look after the claim
     /// cannot miss it.
@@ -218,8 +237,9 @@ impl Cache {
             kept: Vec::new(),
             held: Vec::new(),
         };
+        let mut checked = Checked::default();
         for (key, file, block, len) in blocks {
-            let claim = match self.claim_fetch(store, &file, block) {
+            let claim = match self.claim_in(store, &file, block, &mut checked) {
                 Claimed::Theirs => {
                     claims.theirs.push(key);
                     continue;
@@ -266,6 +286,20 @@ impl Cache {
                 !self.has_block(store, file, *b, *len) && self.claim_held(store, file, *b)
             });
         }
+    }
+
+    /// Makes `dir` and checks that it and those above it up to the cache's
+    /// are directories (not links that would take a write elsewhere), unless
+    /// `checked` has it from earlier in the same run of writes.
+    pub(super) fn ready_dir(&self, dir: &Path, checked: &mut Checked) -> bool {
+        if checked.0.iter().any(|d| d == dir) {
+            return true;
+        }
+        if fs::create_dir_all(dir).is_err() || !self.own_dirs(dir) {
+            return false;
+        }
+        checked.0.push(dir.to_path_buf());
+        true
     }
 
     /// Whether the directories from `dir` up to the cache's are directories
