@@ -73,8 +73,9 @@ pub trait RecordSource: Send + Sync + 'static {
     /// Begins fetching, in the background, what a gather of `idx` soon will
     /// need, without waiting and without changing what any gather returns.
     /// Returns how many steps the call covers, this one first: 0 says the
-    /// source did nothing now (it holds as much fetched ahead as it may; the
-    /// caller tries again later), 1 that it began or had nothing to do (as a
+    /// source did nothing now (it holds as much fetched ahead as it may, or
+    /// waits to learn whether what it fetched lately is still held; the
+    /// caller tries again later, for the same step), 1 that it began or had nothing to do (as a
     /// local store never has), and `n > 1` that the caller need not warm the
     /// next `n - 1` steps either (the source found everything held lately).
     fn warm(&self, _idx: &[u64]) -> Result<u64> {

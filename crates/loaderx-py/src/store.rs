@@ -333,10 +333,12 @@ impl PyStore {
     /// its cache), and returns at once; what any gather returns is unchanged.
     /// Returns how many steps the call covers, this one first: 0 when nothing
     /// was begun (the blocks fetched ahead and not yet used fill the store's
-    /// `read_ahead_bytes`, or enough warms run) and the caller asks again
-    /// later; 1 when it began, and always for a local store, which has
-    /// nothing to fetch; `n > 1` when the warms before found everything held,
-    /// so the next `n - 1` steps need no warm either.
+    /// `read_ahead_bytes`, enough warms run, or the last warm to end found
+    /// everything held and those still running will tell whether that
+    /// holds) and the caller asks again later, for the same step; 1 when it
+    /// began, and always for a local store, which has nothing to fetch;
+    /// `n > 1` when the warms before found everything held, so the next
+    /// `n - 1` steps need no warm either.
     fn warm(&self, py: Python<'_>, idx: &Bound<'_, PyAny>) -> PyResult<u64> {
         let idx = positions(idx, self.info().len())?;
         py.detach(|| self.source.warm(&idx)).py_err()
