@@ -526,14 +526,15 @@ impl Cache {
     /// Stores the blocks of `blocks` (file, block number, bytes). Failures (a
     /// full disk, a removed directory) only cost the next read a fetch, so
     /// they are not errors.
-    pub(crate) fn put_blocks<'a>(
+    pub(crate) fn put_blocks(
         &self,
         store: u64,
-        blocks: impl IntoIterator<Item = (&'a str, u64, &'a [u8])>,
+        blocks: impl IntoIterator<Item = (impl AsRef<str>, u64, impl AsRef<[u8]>)>,
     ) {
         let mut checked = Checked::default();
         for (file, block, bytes) in blocks {
-            self.put_file(&self.block_path(store, file, block), bytes, &mut checked);
+            let path = self.block_path(store, file.as_ref(), block);
+            self.put_file(&path, bytes.as_ref(), &mut checked);
         }
     }
 

@@ -826,11 +826,11 @@ impl Source {
         }
         let (id, c, kept) = (self.id, cache.clone(), blocks.clone());
         tokio::task::spawn_blocking(move || {
-            let named: Vec<(String, u64, Bytes)> = kept
-                .into_iter()
-                .map(|((file, b), piece)| (data_file(file), b, piece))
-                .collect();
-            c.put_blocks(id, named.iter().map(|(f, b, p)| (f.as_str(), *b, &p[..])));
+            c.put_blocks(
+                id,
+                kept.into_iter()
+                    .map(|((file, b), piece)| (data_file(file), b, piece)),
+            );
         })
         .await
         .map_err(|e| Error::internal(format!("writing the cache did not complete: {e}")))?;

@@ -256,8 +256,9 @@ impl RemoteStore {
     /// many steps the call covers, this one first: 0 says nothing was begun
     /// (the budget is full, enough warms run, or the last warm to end found
     /// everything held and those still running will tell whether that
-    /// holds) and the caller asks again later; `n > 1` that the warms before found everything held, so the
-    /// caller need not warm the next `n - 1` steps either. Positions that are
+    /// holds) and the caller asks again later; `n > 1` that the warms before
+    /// found everything held, so the caller need not warm the next `n - 1`
+    /// steps either. Positions that are
     /// not the store's are left for the gather to refuse. Whatever fails is
     /// dropped: the gather that needs the block fetches it, and reports the
     /// failure.
