@@ -23,15 +23,15 @@ peer="${PEER_VENV:-.venv-peer}"
 "$peer/bin/python" -m pip install -q "loaderx==2.8.6" numpy
 # The servers the remote benchmarks read from (benchmarks/loaderx_bench/servers.py):
 # nginx from Debian (as root) with its echo module, whose timer delays answers
-# (the kernel here has no netem), and s3s-fs built by cargo (0.14.1, the newest
-# that builds with a Rust older than 1.96), each kept when already there.
+# (the kernel here has no netem), and s3s-fs (scripts/build_s3s_fs.sh), each kept
+# when already there.
 echo_module=/usr/share/nginx/modules/ngx_http_echo_module.so
 if { ! command -v nginx >/dev/null || [ ! -e "$echo_module" ]; } \
     && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     apt-get install -y -q nginx libnginx-mod-http-echo
 fi
-if ! command -v s3s-fs >/dev/null && [ ! -x "$HOME/.cargo/bin/s3s-fs" ]; then
-    nice cargo install -q s3s-fs@0.14.1 --locked --features binary
+if ! command -v s3s-fs-nodelay >/dev/null && [ ! -x "$HOME/.cargo/bin/s3s-fs-nodelay" ]; then
+    nice bash scripts/build_s3s_fs.sh
 fi
 # .venv-engines (ENGINES=1): MosaicML Streaming and LitData for
 # scripts/bench_engine_write.py. Streaming pins an older NumPy, so they get a venv

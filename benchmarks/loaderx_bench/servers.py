@@ -9,9 +9,11 @@ Each starts on 127.0.0.1, or inside a network namespace made for it
 missing binary is a ``ServerMissing`` that says how to install it:
 
 - nginx: ``apt-get install -y nginx`` (Debian);
-- s3s-fs: ``cargo install s3s-fs@0.14.1 --locked --features binary`` (on
-  ``PATH`` or in ``~/.cargo/bin``; later versions need Rust 1.96). Both come with
-  ``bash scripts/setup_bench.sh``.
+- s3s-fs: 0.14.1 with TCP_NODELAY on its connections, built by
+  ``bash scripts/build_s3s_fs.sh`` as ``s3s-fs-nodelay`` (on ``PATH`` or in
+  ``~/.cargo/bin``); as published it leaves Nagle's algorithm on, which stalls
+  about half its answers by a client's delayed acknowledgement (40 ms). Both come
+  with ``bash scripts/setup_bench.sh``.
 
 ``Nginx`` counts what it served from its access log: requests and response body
 bytes, for the fetch amplification a benchmark reports. ``Namespace`` adds a round
@@ -270,7 +272,7 @@ class S3sFs(_Process):
     REGION = "us-east-1"
 
     def __init__(self, root: str | os.PathLike[str], netns: Namespace | None = None) -> None:
-        self.binary = _binary("s3s-fs", "cargo install s3s-fs@0.14.1 --locked --features binary")
+        self.binary = _binary("s3s-fs-nodelay", "bash scripts/build_s3s_fs.sh")
         super().__init__(netns)
         self.root = Path(root).resolve()
 
