@@ -6,11 +6,11 @@
 #
 # Why the change: as published, s3s-fs leaves Nagle's algorithm on. hyper sends a
 # response's headers as soon as they are ready and its body in a later write, and
-# Nagle holds that write until the client acknowledges the headers, which a
-# client's delayed acknowledgement puts off by 40 ms about half the time: measured
-# here, an open of a store (two round trips) took 0.011 s or 0.053 s at random.
-# nginx sets TCP_NODELAY on its connections, as object stores do; a benchmark of a
-# reader's round trips must not time the server's 40 ms stalls.
+# Nagle can hold that write until the client acknowledges the headers, which a
+# client's delayed acknowledgement puts off by up to 40 ms (docs/benchmarks.md,
+# "Runs of 3ade611": s3s-fs with TCP_NODELAY). nginx sets TCP_NODELAY on its
+# connections; a benchmark of a reader's round trips must not time the server's
+# 40 ms stalls.
 set -euo pipefail
 version=0.14.1
 dest="$HOME/.cargo/bin/s3s-fs-nodelay"

@@ -11,9 +11,9 @@ missing binary is a ``ServerMissing`` that says how to install it:
 - nginx: ``apt-get install -y nginx`` (Debian);
 - s3s-fs: 0.14.1 with TCP_NODELAY on its connections, built by
   ``bash scripts/build_s3s_fs.sh`` as ``s3s-fs-nodelay`` (on ``PATH`` or in
-  ``~/.cargo/bin``); as published it leaves Nagle's algorithm on, which stalls
-  about half its answers by a client's delayed acknowledgement (40 ms). Both come
-  with ``bash scripts/setup_bench.sh``.
+  ``~/.cargo/bin``); as published it leaves Nagle's algorithm on, which can
+  hold an answer's body until the client's delayed acknowledgement (up to 40
+  ms). Both come with ``bash scripts/setup_bench.sh``.
 
 ``Nginx`` counts what it served from its access log: requests and response body
 bytes, for the fetch amplification a benchmark reports. ``Namespace`` adds a round
