@@ -405,3 +405,28 @@ def test_concurrent_gathers_fetch_a_missing_index_block_once(
     assert errors == []
     assert index_ranges(range_server, "s") == [(0, BLOCK)]
     r.close()
+
+
+@pytest.mark.parametrize("kind", ["dense", "ragged"])
+@pytest.mark.parametrize("cached", [False, True])
+def test_an_empty_store_opens_as_it_does_locally(tmp_path, kind, cached):
+    # An empty index has no block checksums; opening it remotely raised
+    # InternalError ("an index without block checksums must be read whole").
+    local = tmp_path / "served" / "s"
+    if kind == "dense":
+        Dense.create(local, np.int32, (3,), codec="zstd").close()
+        opener = Dense
+    else:
+        Ragged.create(local, np.int32, ndim=1, codec="raw").close()
+        opener = Ragged
+    assert len(opener.open(local)) == 0
+    cache = Cache(tmp_path / "cache") if cached else None
+    with RangeServer(tmp_path / "served") as server:
+        with opener.open(
+            server.url + "/s", storage_options=HTTP_STORAGE_OPTIONS, cache=cache
+        ) as r:
+            assert len(r) == 0
+            assert r.traffic().fetched == server.body_bytes()
+            r.verify()
+            with pytest.raises(IndexError):
+                r[0]

@@ -286,8 +286,11 @@ impl<I: IndexSource> Metadata<I> {
         let sums = parts.index_sums;
         // An index its source holds whole is checked whole here when it is small
         // or has no block checksums; one fetched on demand (the source holds
-        // none of it yet) is checked block by block as it comes in.
-        let whole = if sums.is_empty() || index_len <= EAGER_INDEX_BYTES {
+        // none of it yet) is checked block by block as it comes in. An empty
+        // index has no blocks to fetch: it is whole wherever it lies.
+        let whole = if index_len == 0 {
+            Some(&[][..])
+        } else if sums.is_empty() || index_len <= EAGER_INDEX_BYTES {
             parts.index.bytes(0..index_len)
         } else {
             None
