@@ -84,6 +84,40 @@ def test_client_durations_refuse_zero_and_say_how_to_write_them():
 
 
 @pytest.mark.parametrize(
+    "key",
+    [
+        "timeout",
+        "read_timeout",
+        "pool_idle_timeout",
+        "deadline",
+        "retry_backoff",
+        "request_timeout",
+    ],
+)
+@pytest.mark.parametrize(
+    "value, shown",
+    [(9.3e18, "9.3e+18"), (2**63 - 1, str(2**63 - 1)), ("1000000001", '"1000000001"')],
+)
+def test_durations_past_a_billion_seconds_are_refused_naming_them(key, value, shown):
+    # read_timeout=9.3e18 reached the HTTP client, which panicked adding it to
+    # the time of a request ("overflow when adding duration to instant").
+    url = "http://127.0.0.1:9/s"
+    with pytest.raises(InvalidArgumentError) as e:
+        Dense.open(url, storage_options={"allow_http": True, key: value})
+    assert str(e.value) == (
+        f"storage option {key} must be at most 1000000000 seconds (about 31 years), got {shown}"
+    )
+
+
+def test_a_billion_seconds_is_a_duration_taken(tmp_path):
+    make_store(tmp_path / "s")
+    with RangeServer(tmp_path) as server:
+        options = {**HTTP_STORAGE_OPTIONS, "read_timeout": 10**9, "pool_idle_timeout": "1e9"}
+        with Dense.open(f"{server.url}/s", storage_options=options) as r:
+            assert np.from_dlpack(r[:]).tolist() == list(range(10))
+
+
+@pytest.mark.parametrize(
     "max_bytes, block_bytes, message",
     [
         (2**64, 1, f"max_bytes must be in 0..{2**64 - 1}, got {2**64}"),

@@ -27,9 +27,26 @@ impl fmt::Display for OptionValue {
             OptionValue::Bool(true) => f.write_str("True"),
             OptionValue::Bool(false) => f.write_str("False"),
             OptionValue::Int(n) => write!(f, "{n}"),
-            OptionValue::Float(x) => write!(f, "{x:?}"),
+            OptionValue::Float(x) => f.write_str(&python_float(*x)),
             OptionValue::Str(s) => write!(f, "{s:?}"),
         }
+    }
+}
+
+/// `x` as Python's `repr` writes it: Rust's shortest form, which switches to
+/// an exponent where Python does, with the exponent's sign and at least two
+/// digits (`9.3e+18`, `1e-05`).
+fn python_float(x: f64) -> String {
+    let shortest = format!("{x:?}");
+    match shortest.split_once('e') {
+        Some((mantissa, exp)) => {
+            let (sign, digits) = match exp.strip_prefix('-') {
+                Some(d) => ('-', d),
+                None => ('+', exp),
+            };
+            format!("{mantissa}e{sign}{digits:0>2}")
+        }
+        None => shortest,
     }
 }
 
@@ -90,6 +107,7 @@ impl OptionValue {
             }
             _ => self.seconds(key)?,
         };
+        self.at_most_longest(key, d)?;
         if d.is_zero() {
             return Err(Error::invalid(format!(
                 "storage option {key} must be positive, got {self}"
@@ -115,14 +133,33 @@ impl OptionValue {
             OptionValue::Str(s) => s.trim().parse::<f64>().ok(),
             OptionValue::Bool(_) => None,
         };
-        secs.and_then(|s| Duration::try_from_secs_f64(s).ok())
+        let d = secs
+            .and_then(|s| Duration::try_from_secs_f64(s).ok())
             .ok_or_else(|| {
                 Error::invalid(format!(
                     "storage option {key} must be a non-negative number of seconds, got {self}"
                 ))
-            })
+            })?;
+        self.at_most_longest(key, d)?;
+        Ok(d)
+    }
+
+    /// Refuses a duration longer than [`LONGEST`], naming `key`.
+    fn at_most_longest(&self, key: &str, d: Duration) -> Result<()> {
+        if d > LONGEST {
+            return Err(Error::invalid(format!(
+                "storage option {key} must be at most {} seconds (about 31 years), got {self}",
+                LONGEST.as_secs()
+            )));
+        }
+        Ok(())
     }
 }
+
+/// The longest duration an option takes. Timers add durations to the present
+/// instant, and the HTTP client panics where that overflows (from about 9.2e18
+/// seconds on); no wait of a training job needs more than this.
+pub const LONGEST: Duration = Duration::from_secs(1_000_000_000);
 
 /// `object_store`'s HTTP client options that are durations. It reads them as
 /// strings such as `"30s"` or `"1m 30s"`; loaderx also takes a number of
@@ -329,6 +366,46 @@ impl SplitOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn floats_are_shown_as_python_writes_them() {
+        for (x, shown) in [
+            (9.3e18, "9.3e+18"),
+            (1e16, "1e+16"),
+            (1e-5, "1e-05"),
+            (2.5e-120, "2.5e-120"),
+            (0.0001, "0.0001"),
+            (0.0, "0.0"),
+            (-1.5, "-1.5"),
+            (1e15, "1000000000000000.0"),
+            (f64::INFINITY, "inf"),
+        ] {
+            assert_eq!(OptionValue::Float(x).to_string(), shown);
+        }
+    }
+
+    #[test]
+    fn durations_longer_than_a_billion_seconds_are_refused() {
+        for key in ["deadline", "read_timeout"] {
+            let over = OptionValue::Float(1e9 + 1.0);
+            let err = match key {
+                "deadline" => over.seconds(key),
+                _ => over.client_duration(key),
+            }
+            .unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "storage option {key} must be at most 1000000000 seconds (about 31 years), \
+                     got 1000000001.0"
+                )
+            );
+            assert_eq!(
+                OptionValue::Int(1_000_000_000).seconds(key).unwrap(),
+                LONGEST
+            );
+        }
+    }
 
     fn split(pairs: &[(&str, OptionValue)]) -> Result<SplitOptions> {
         let owned: Vec<(String, OptionValue)> = pairs
