@@ -99,3 +99,35 @@ def test_a_killed_fetcher_holds_nobody_up(tmp_path):
     # the 30 s a claim of an unknown holder is waited for.
     assert took < 10, took
     assert got["fetched"] > 0
+
+
+def test_a_live_claim_is_waited_for_at_most_half_the_deadline(tmp_path):
+    # Another live process's claims (pid 1 of this host: alive, and never
+    # going to write the blocks) held a gather 30 s whatever its deadline,
+    # then failed it without a request sent.
+    import socket
+
+    from remote_servers import HTTP_STORAGE_OPTIONS
+
+    from loaderx.zrecord import Cache
+
+    write_store(tmp_path / "srv")
+    with RangeServer(tmp_path / "srv") as server:
+        options = {**HTTP_STORAGE_OPTIONS, "deadline": 4}
+        r = Dense.open(
+            f"{server.url}/s",
+            storage_options=options,
+            cache=Cache(tmp_path / "c", block_bytes=BLOCK),
+        )
+        base = tmp_path / "c" / f"{r.header_checksum:016x}" / str(BLOCK)
+        for name in ("index.bin", "data-000.bin"):
+            (base / name).mkdir(parents=True)
+            (base / name / ".claim-0").write_text(f"1@{socket.gethostname()}")
+        began = time.monotonic()
+        got = np.from_dlpack(r[[3]])
+        took = time.monotonic() - began
+    assert got.tolist() == child.expected(np.array([3]), child.SHAPE[0]).tolist()
+    # Half of the 4 s deadline for the index block's claim, then half of what
+    # is left for the data block's: about 3 s, each block then fetched here.
+    assert 2.8 < took < 3.9, took
+    assert sorted(p.name for p in base.rglob(".claim-*")) == [".claim-0", ".claim-0"]

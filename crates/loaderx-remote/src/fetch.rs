@@ -553,6 +553,14 @@ impl Fetcher {
         }
     }
 
+    /// How long the calling task may wait for blocks another process sharing
+    /// the cache claimed: halfway to its operation's deadline, so that a block
+    /// that process does not deliver is still fetched here in time.
+    pub fn claim_wait_until(&self) -> std::time::Instant {
+        let now = Instant::now();
+        (now + current_deadline(&self.opts).saturating_duration_since(now) / 2).into_std()
+    }
+
     /// Whether a gather or read-ahead of this process is fetching block `key`.
     pub fn in_flight(&self, key: &BlockKey) -> bool {
         let map = self.blocks.lock().unwrap_or_else(|e| e.into_inner());

@@ -382,7 +382,7 @@ impl<I: IndexSource> Blocks<'_, I> {
                 drop(held);
                 got
             },
-            cache.wait_for_claimed(id, &waits)
+            cache.wait_for_claimed(id, &waits, self.fetcher.claim_wait_until())
         );
         let mut theirs = claims.theirs;
         theirs.extend(claims.kept);

@@ -777,7 +777,7 @@ impl Source {
                 drop(held);
                 got
             },
-            cache.wait_for_claimed(self.id, &waits)
+            cache.wait_for_claimed(self.id, &waits, self.fetcher.claim_wait_until())
         );
         let mut theirs = claims.theirs;
         theirs.extend(claims.kept);

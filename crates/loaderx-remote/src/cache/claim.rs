@@ -4,7 +4,8 @@
 //! Before a process fetches a block the cache lacks, it creates a claim file
 //! beside the block's name, `.claim-<block>`, with `O_EXCL`: one process wins
 //! and fetches; the others see the claim, wait for the block to appear (or the
-//! claim to go), and read it from the cache. The winner writes the block, then
+//! claim to go, or half of what is left of their deadline to pass), and read it
+//! from the cache (or fetch it themselves). The winner writes the block, then
 //! removes its claim, so a waiter that sees the claim gone and the block
 //! missing knows the fetch failed or was not kept, and fetches the block itself.
 //!
@@ -273,10 +274,15 @@ impl Cache {
 
     /// Waits until each block of `blocks` (file, block number, length) that
     /// other processes claimed is in the cache, or its claim is gone or stale,
-    /// or `CLAIM_STALE` has passed: then the caller reads what the cache holds
-    /// and fetches the rest.
-    pub(crate) async fn wait_for_claimed(&self, store: u64, blocks: &[(String, u64, u64)]) {
-        let until = Instant::now() + CLAIM_STALE;
+    /// or `CLAIM_STALE` or `until` has passed: then the caller reads what the
+    /// cache holds and fetches the rest.
+    pub(crate) async fn wait_for_claimed(
+        &self,
+        store: u64,
+        blocks: &[(String, u64, u64)],
+        until: Instant,
+    ) {
+        let until = until.min(Instant::now() + CLAIM_STALE);
         let mut waiting: Vec<&(String, u64, u64)> = blocks.iter().collect();
         let mut pause = POLL_FIRST;
         while !waiting.is_empty() && Instant::now() < until {

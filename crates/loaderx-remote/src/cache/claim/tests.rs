@@ -153,6 +153,7 @@ fn a_waiter_returns_when_the_block_lands_or_the_claim_goes() {
             ("data-000.bin".to_string(), 0, 16),
             ("data-000.bin".to_string(), 1, 16),
         ],
+        Instant::now() + CLAIM_STALE,
     ));
     let waited = started.elapsed();
     writer.join().unwrap();
@@ -182,4 +183,25 @@ fn eviction_removes_claims_left_by_killed_writers_only_when_old() {
         b"mine",
         "not a name the cache writes"
     );
+}
+
+#[test]
+fn a_waiter_gives_up_at_its_bound_while_the_claim_stands() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let c = Cache::open(d.path(), 1 << 20, 16).unwrap();
+    plant(&c, 0, "1@another-host", Duration::ZERO);
+    let started = Instant::now();
+    rt.block_on(c.wait_for_claimed(
+        1,
+        &[("data-000.bin".to_string(), 0, 16)],
+        started + Duration::from_millis(300),
+    ));
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(300), "{waited:?}");
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    assert!(claim_file(&c, 0).exists());
 }
