@@ -422,9 +422,7 @@ def test_an_empty_store_opens_as_it_does_locally(tmp_path, kind, cached):
     assert len(opener.open(local)) == 0
     cache = Cache(tmp_path / "cache") if cached else None
     with RangeServer(tmp_path / "served") as server:
-        with opener.open(
-            server.url + "/s", storage_options=HTTP_STORAGE_OPTIONS, cache=cache
-        ) as r:
+        with opener.open(server.url + "/s", storage_options=HTTP_STORAGE_OPTIONS, cache=cache) as r:
             assert len(r) == 0
             assert r.traffic().fetched == server.body_bytes()
             r.verify()
