@@ -45,13 +45,36 @@ def _store_sizes(reader: object) -> tuple[int, int, int]:
     length = len(reader)
     if length < 1:
         raise InvalidArgumentError("reader must hold at least 1 record, it holds 0")
-    sizes = list(reader.data_file_sizes)
-    if not all(isinstance(s, numbers.Integral) and int(s) >= 0 for s in sizes):
-        raise InvalidArgumentError(f"reader's data_file_sizes must be integers >= 0, got {sizes!r}")
+    try:
+        sizes = list(reader.data_file_sizes)
+    except TypeError:
+        sizes = None
+    if sizes is None or not all(_is_int(s) for s in sizes):
+        raise TypeError(
+            f"reader's data_file_sizes must be integers, got {reader.data_file_sizes!r}"
+        )
+    data = sum(int(s) for s in sizes)
+    if any(int(s) < 0 for s in sizes) or data > _MOST:
+        raise InvalidArgumentError(
+            f"reader's data_file_sizes must be integers >= 0 summing to at most 2**64 - 1, "
+            f"got {sizes!r}"
+        )
     index = getattr(reader, "index_bytes", 0)
-    if not isinstance(index, numbers.Integral) or int(index) < 0:
-        raise InvalidArgumentError(f"reader's index_bytes must be an integer >= 0, got {index!r}")
-    return length, sum(int(s) for s in sizes), int(index)
+    if not _is_int(index):
+        raise TypeError(f"reader's index_bytes must be an integer, got {index!r}")
+    if not 0 <= int(index) <= _MOST:
+        raise InvalidArgumentError(
+            f"reader's index_bytes must be an integer in [0, 2**64 - 1], got {index!r}"
+        )
+    return length, data, int(index)
+
+
+_MOST = 2**64 - 1
+
+
+def _is_int(x: object) -> bool:
+    """An integer, as the sampler's arguments take them: not a bool."""
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
 class WindowedSampler(_native.WindowedSampler):

@@ -292,8 +292,8 @@ class NotAStore:
 
 
 class Sized:
-    def __init__(self, n, sizes):
-        self.n, self.data_file_sizes = n, sizes
+    def __init__(self, n, sizes, index=0):
+        self.n, self.data_file_sizes, self.index_bytes = n, sizes, index
 
     def __len__(self):
         return self.n
@@ -306,7 +306,19 @@ class Sized:
         ([1, 2], {}, TypeError, r"reader must be a store reader .*got list"),
         (Sized(0, [5]), {}, ValueError, r"reader must hold at least 1 record, it holds 0"),
         (Sized(2, [5, -1]), {}, ValueError, r"data_file_sizes must be integers >= 0"),
-        (Sized(2, ["5"]), {}, ValueError, r"data_file_sizes must be integers >= 0"),
+        (Sized(2, [2**64, 1]), {}, ValueError, r"summing to at most 2\*\*64 - 1, got \[1844"),
+        (Sized(2, ["5"]), {}, TypeError, r"data_file_sizes must be integers, got \['5'\]"),
+        (Sized(2, [1.5]), {}, TypeError, r"data_file_sizes must be integers, got \[1.5\]"),
+        (Sized(2, [True]), {}, TypeError, r"data_file_sizes must be integers, got \[True\]"),
+        (Sized(2, None), {}, TypeError, r"data_file_sizes must be integers, got None"),
+        (Sized(2, [5], True), {}, TypeError, r"index_bytes must be an integer, got True"),
+        (Sized(2, [5], 5.0), {}, TypeError, r"index_bytes must be an integer, got 5.0"),
+        (
+            Sized(2, [5], -1),
+            {},
+            ValueError,
+            r"index_bytes must be an integer in \[0, 2\*\*64 - 1\]",
+        ),
         (Sized(2, [5]), dict(batch_size=0), ValueError, r"batch_size must be an integer in \[1, "),
         (Sized(2, [5]), dict(batch_size=2.0), TypeError, r"batch_size must be an integer, got"),
         (Sized(2, [5]), dict(seed=-1), ValueError, r"seed must be an integer in \[0, "),
