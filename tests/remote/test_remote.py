@@ -270,6 +270,20 @@ def test_prefetch_starts_a_gather_that_finishes_once(tmp_path, range_server, fau
     check(r, "ragged", want, POSITIONS)
 
 
+def test_a_gather_finished_after_its_reader_closed_says_so(tmp_path, range_server, fault_proxy):
+    # Was "the allocator is closed", naming neither the reader nor why.
+    write_store(tmp_path / "s", "dense", "raw")
+    url = fault_proxy.url + "/s"
+    r = Dense.open(url, storage_options=HTTP_STORAGE_OPTIONS)
+    fault_proxy.latency_ms = 100
+    finish = r.prefetch(POSITIONS)
+    assert finish is not None
+    r.close()
+    with pytest.raises(InvalidArgumentError) as e:
+        finish()
+    assert str(e.value) == f"{url}: the store was closed before this gather finished"
+
+
 def test_remote_readers_pickle_by_reference(tmp_path, range_server):
     want = write_store(tmp_path / "s", "ragged", "zstd")
     cache = Cache(tmp_path / "cache", max_bytes=1 << 20, block_bytes=4096)

@@ -102,7 +102,18 @@ class _Fetching(Generic[_BatchT]):
         self._reader, self._store, self._pending, self._tally = reader, store, pending, tally
 
     def __call__(self) -> _BatchT:
-        return self._reader._finish(self._store, self._pending, self._tally)  # pyright: ignore[reportPrivateUsage]
+        reader = self._reader
+        try:
+            return reader._finish(self._store, self._pending, self._tally)  # pyright: ignore[reportPrivateUsage]
+        except InvalidArgumentError:
+            # A gather finished after its reader's close() finds the allocator
+            # closed with it: say so naming the reader, as a read would.
+            if reader._native is None:  # pyright: ignore[reportPrivateUsage]
+                raise InvalidArgumentError(
+                    f"{reader._path}: the store was closed before this gather finished"  # pyright: ignore[reportPrivateUsage]
+                ) from None
+            reader._native_allocator()  # pyright: ignore[reportPrivateUsage]
+            raise
 
     def cancel(self) -> None:
         self._pending.cancel()
