@@ -374,3 +374,20 @@ def test_identical_in_a_fresh_process():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     want = ref.batch(1_000_003, 10**9, 2**16, 2**24, 16, 2**63 + 1, 12345)
     assert out.stdout.strip() == str(want)
+
+
+def test_windows_are_cut_by_the_mean_record_size_as_documented():
+    # docs/sampler.md, "Sized by the mean record": 19,900 records of 4 bytes
+    # and 100 of 200,000 bytes at positions 10,000 to 10,099, Ragged (32 bytes
+    # of index a record), window_bytes = 2 MiB.
+    sizes = np.full(20_000, 4)
+    sizes[10_000:10_100] = 200_000
+    store = Sized(20_000, [int(sizes.sum())], 32 * 20_000)
+    s = WindowedSampler(store, 256, window_bytes=2 * MiB)
+    assert (s.window_records, s.windows) == (2_024, 10)
+    spans = [
+        (sizes[w : w + 2_024].sum() + 32 * len(sizes[w : w + 2_024])) / (2 * MiB)
+        for w in range(0, 20_000, 2_024)
+    ]
+    assert round(max(spans), 1) == 9.6 and spans.index(max(spans)) == 4
+    assert max(spans[:4] + spans[5:]) < 0.05
