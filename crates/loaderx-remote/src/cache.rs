@@ -38,6 +38,7 @@ use rustc_hash::FxHashMap;
 use crate::huge;
 use claim::Checked;
 use memory::{Kept, Memory, Pool};
+use reading::Reading;
 
 /// Block size when the caller does not choose: large enough that a block is
 /// worth a request, small enough that a random record does not drag much else in.
@@ -84,6 +85,8 @@ pub struct Cache {
     /// Blocks this cache read lately, kept whole in memory so that a warm
     /// gather makes no system call.
     memory: Arc<Memory>,
+    /// Blocks a thread of this process is reading from their files now.
+    reading: Reading,
 }
 
 /// The blocks a cache keeps in memory for one store, looked up under one lock
@@ -315,6 +318,7 @@ impl Cache {
             held: AtomicU64::new(0),
             evicting: Mutex::new(()),
             memory: Pool::process().member(),
+            reading: Reading::default(),
         };
         cache.evict();
         Ok(cache)
@@ -365,6 +369,12 @@ impl Cache {
         let key = (store, file.to_string(), block);
         if let Some(whole) = self.kept_block(&key, len) {
             return Some(slices(&whole, 0, ranges));
+        }
+        let (_reading, waited) = self.reading.mark(&key);
+        if waited {
+            if let Some(whole) = self.kept_block(&key, len) {
+                return Some(slices(&whole, 0, ranges));
+            }
         }
         let path = self.block_path(store, file, block);
         let f = self.open_block(&path, len)?;
@@ -680,6 +690,7 @@ static TEMP_SEQ: AtomicU64 = AtomicU64::new(0);
 
 mod claim;
 mod memory;
+mod reading;
 
 #[cfg(test)]
 #[allow(clippy::single_range_in_vec_init)] // one range is a case to test

@@ -228,28 +228,59 @@ fn take(slot: usize, class: usize) -> Option<(Arc<Mutex<Region>>, usize)> {
 /// `len` bytes of `f` from its start, as a block kept whole; `None` if the
 /// file is shorter now or the memory is not there.
 pub(crate) fn read_block(f: &File, len: u64) -> Option<Bytes> {
-    let fill = |buf: &mut [u8]| f.read_exact_at(buf, 0).is_ok();
-    filled(usize::try_from(len).ok()?, fill, worth_it(&SLOW))
+    let n = usize::try_from(len).ok()?;
+    match class_of(n).filter(|_| worth_it(&SLOW)) {
+        Some(_) => filled(n, |buf| f.read_exact_at(buf, 0).is_ok()),
+        None => read_fresh(f, n).map(Bytes::from),
+    }
 }
 
 /// A copy of `bytes` as a block kept whole; `None` if the memory is not there.
 pub(crate) fn copied(bytes: &[u8]) -> Option<Bytes> {
-    let fill = |buf: &mut [u8]| {
-        buf.copy_from_slice(bytes);
-        true
-    };
-    filled(bytes.len(), fill, worth_it(&SLOW))
+    match class_of(bytes.len()).filter(|_| worth_it(&SLOW)) {
+        Some(_) => filled(bytes.len(), |buf| {
+            buf.copy_from_slice(bytes);
+            true
+        }),
+        None => Some(Bytes::copy_from_slice(bytes)),
+    }
 }
 
-/// `n` bytes that `fill` writes (`false`: it failed, and nothing is made),
-/// in a region's slot where `regions` and the size has one.
-fn filled(n: usize, fill: impl FnOnce(&mut [u8]) -> bool, regions: bool) -> Option<Bytes> {
-    let Some((size, class)) = class_of(n).filter(|_| regions) else {
-        let mut buf = Vec::new();
-        buf.try_reserve_exact(n).ok()?;
-        buf.resize(n, 0);
-        return fill(&mut buf).then(|| Bytes::from(buf));
-    };
+/// `n` bytes of `f` from its start in ordinary memory, read into it as the
+/// kernel hands it over: pages a process has not used before come zeroed,
+/// and zeroing them again before the read (as a buffer of initialized bytes
+/// would be) doubled the passes over memory that a new process reading a
+/// window of blocks from the cache pays most for. `None` if the file is
+/// shorter or the memory is not there.
+fn read_fresh(f: &File, n: usize) -> Option<Vec<u8>> {
+    use std::os::fd::AsRawFd;
+    let mut buf: Vec<u8> = Vec::new();
+    buf.try_reserve_exact(n).ok()?;
+    let mut done = 0;
+    while done < n {
+        let at = libc::off_t::try_from(done).ok()?;
+        let spare = &mut buf.spare_capacity_mut()[done..n];
+        // SAFETY: `pread` writes at most `spare.len()` bytes at `spare`, which
+        // lies in this vector's allocation past its length.
+        let got = unsafe { libc::pread(f.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len(), at) };
+        match got {
+            0 => return None,
+            g if g > 0 => done += g as usize,
+            _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+            _ => return None,
+        }
+    }
+    // SAFETY: the loop above ended with `done == n`: `pread` wrote every one
+    // of the first `n` bytes.
+    unsafe { buf.set_len(n) };
+    Some(buf)
+}
+
+/// `n` bytes that `fill` writes (`false`: it failed, and nothing is made), in
+/// a region's slot; `None` where `n` has no slot size or the memory is not
+/// there.
+fn filled(n: usize, fill: impl FnOnce(&mut [u8]) -> bool) -> Option<Bytes> {
+    let (size, class) = class_of(n)?;
     let (region, index) = take(size, class)?;
     let base = lock(&region).base;
     // SAFETY: slot `index` of a region of `REGION / size` slots lies inside
@@ -285,7 +316,7 @@ mod tests {
 
     /// [`read_block`] in a region's slot however slow new regions were.
     fn read_region(f: &File, len: u64) -> Option<Bytes> {
-        filled(len as usize, |buf| f.read_exact_at(buf, 0).is_ok(), true)
+        filled(len as usize, |buf| f.read_exact_at(buf, 0).is_ok())
     }
 
     fn file_of(bytes: &[u8]) -> (tempfile::TempDir, File) {
@@ -306,10 +337,12 @@ mod tests {
         assert_eq!(class_of((2 << 20) + 1), None);
         assert_eq!(class_of(0), None);
         let (_d, f) = file_of(&[9u8; 3 << 20]);
-        let big = read_region(&f, 3 << 20).unwrap();
+        assert!(read_region(&f, 3 << 20).is_none(), "no slot of that size");
+        let big = read_fresh(&f, 3 << 20).unwrap();
         assert_eq!(big.len(), 3 << 20);
         assert!(big.iter().all(|&b| b == 9));
-        assert!(read_region(&f, (3 << 20) + 1).is_none(), "past the file");
+        assert!(read_fresh(&f, (3 << 20) + 1).is_none(), "past the file");
+        assert_eq!(read_fresh(&f, 0).unwrap(), Vec::<u8>::new());
         assert_eq!(&copied(&[5u8; 64 << 10]).unwrap()[..], &[5u8; 64 << 10][..]);
         assert_eq!(&copied(b"small").unwrap()[..], b"small");
         assert_eq!(&read_block(&f, 1 << 20).unwrap()[..], &[9u8; 1 << 20][..]);
