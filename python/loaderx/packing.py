@@ -17,6 +17,8 @@ and read host memory: a batch gathered into device memory is refused.
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -90,6 +92,35 @@ def _budget(tokens_per_pack: int) -> int:
     return check_int(tokens_per_pack, "tokens_per_pack", 1, _MAX_TOKENS)
 
 
+def _pad(pad: object, dtype: np.dtype) -> npt.NDArray[np.generic]:
+    """`pad` as a 0-d array of `dtype`, which must hold it: an integer (or a
+    float of integral value) in range for an integer dtype, any real for a
+    floating dtype (rounded to it, but not past its range), any number for a
+    complex one, a bool or 0 or 1 for bool. Nothing is cut or wrapped."""
+    if not isinstance(pad, numbers.Number):
+        raise TypeError(f"pad must be a number, got {type(pad).__name__}")
+    kind = dtype.kind
+    if isinstance(pad, (bool, np.bool_)):
+        fits = kind == "b"
+    elif isinstance(pad, numbers.Real) and kind in "iub":
+        value = float(pad)
+        whole = math.isfinite(value) and value.is_integer()
+        # An integer as itself: a float of a large one has lost its low digits.
+        exact = int(pad) if isinstance(pad, numbers.Integral) else int(value) if whole else 0
+        if kind == "b":
+            fits = whole and exact in (0, 1)
+        else:
+            info = np.iinfo(dtype)
+            fits = whole and info.min <= exact <= info.max
+    elif isinstance(pad, numbers.Real) and kind in "fc":
+        fits = not math.isfinite(pad) or abs(float(pad)) <= float(np.finfo(dtype).max)
+    else:
+        fits = kind == "c"
+    if not fits:
+        raise InvalidArgumentError(f"pad must be a value of the batch's dtype {dtype}, got {pad!r}")
+    return np.asarray(pad).astype(dtype)
+
+
 def to_dense(
     batch: RaggedBatch,
     pack_offsets: npt.ArrayLike,
@@ -113,7 +144,9 @@ def to_dense(
 
     A pack whose records hold more than ``tokens_per_pack`` tokens in total
     (after the cut) is an :class:`~loaderx.errors.InvalidArgumentError`, as are
-    offsets that do not rise from 0 to ``len(batch)``.
+    offsets that do not rise from 0 to ``len(batch)`` and a `pad` the batch's
+    dtype cannot hold (1.5 or -1 for uint8: nothing is cut or wrapped); a `pad`
+    that is not a number is a ``TypeError``.
     """
     budget = _budget(tokens_per_pack)
     lay = _layout(batch, pack_offsets, budget)
@@ -128,7 +161,7 @@ def to_dense(
     within = np.arange(int(lay.before[-1]), dtype=np.int64) - lay.before[record]
     row_start = pack_of * budget + lay.before[:-1] - lay.before[first_record]
     slot = row_start[record] + within
-    tokens = np.full(packs * budget, pad, dtype=lay.values.dtype)
+    tokens = np.full(packs * budget, _pad(pad, lay.values.dtype), dtype=lay.values.dtype)
     tokens[slot] = lay.values[lay.starts[record] + within]
     segment_ids = np.zeros(packs * budget, np.int32)
     segment_ids[slot] = record - first_record[record] + 1

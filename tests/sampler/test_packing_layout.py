@@ -50,6 +50,56 @@ def test_to_dense_pads_short_packs_and_keeps_empty_records():
     assert float_pad["tokens"].tolist() == [[1.5, 2.5, 0.25]]
 
 
+@pytest.mark.parametrize(
+    ("dtype", "pad", "exc", "message"),
+    [
+        (
+            np.uint8,
+            1.5,
+            InvalidArgumentError,
+            "pad must be a value of the batch's dtype uint8, got 1.5",
+        ),
+        (np.uint8, float("nan"), InvalidArgumentError, "dtype uint8, got nan"),
+        (
+            np.uint8,
+            -1,
+            InvalidArgumentError,
+            "pad must be a value of the batch's dtype uint8, got -1",
+        ),
+        (np.int8, 128, InvalidArgumentError, "dtype int8, got 128"),
+        (np.float16, 1e10, InvalidArgumentError, "dtype float16, got 10000000000.0"),
+        (np.int32, 2j, InvalidArgumentError, "dtype int32, got 2j"),
+        (np.int32, True, InvalidArgumentError, "dtype int32, got True"),
+        (np.uint8, None, TypeError, "pad must be a number, got NoneType"),
+        (np.uint8, "0", TypeError, "pad must be a number, got str"),
+    ],
+)
+def test_to_dense_refuses_a_pad_its_dtype_cannot_hold(dtype, pad, exc, message):
+    # 1.5 was padded as 1 and nan as 0 in uint8; -1 raised NumPy's OverflowError.
+    with pytest.raises(exc) as e:
+        to_dense(batch([1, 2, 3], dtype=dtype), [0, 1], 5, pad=pad)
+    assert message in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "pad", "padded"),
+    [
+        (np.uint8, 255, 255),
+        (np.int8, -128, -128),
+        (np.int64, 2.0, 2),
+        (np.float32, float("inf"), float("inf")),
+        (np.float32, 0.1, float(np.float32(0.1))),
+        (np.bool_, True, True),
+        (np.bool_, 0, False),
+        (np.uint16, np.uint16(7), 7),
+    ],
+)
+def test_to_dense_takes_a_pad_its_dtype_holds(dtype, pad, padded):
+    out = to_dense(batch([1, 1], dtype=dtype), [0, 1], 3, pad=pad)
+    assert out["tokens"].dtype == np.dtype(dtype)
+    assert out["tokens"].tolist()[0][2] == padded
+
+
 def test_cu_seqlens_gives_flat_tokens_and_pack_starts():
     out = cu_seqlens(THREE, OFFSETS, 5)
     assert set(out) == {"tokens", "cu_seqlens", "pack_starts"}
