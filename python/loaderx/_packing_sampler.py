@@ -33,12 +33,14 @@ def _integers(value: object, name: str, what: str) -> npt.NDArray[Any]:
         raise TypeError(
             f"{name} must be a sequence of integers, got {type(value).__name__}"
         ) from None
+    # The type first: None or a float is no sequence of integers, whatever its
+    # shape (an empty list has no type to tell: it is refused as empty).
+    if a.dtype.kind not in "iu" and a.size:
+        raise TypeError(f"{name} must be integers, got dtype {a.dtype}")
     if a.ndim != 1:
         raise InvalidArgumentError(f"{name} must be one-dimensional, got shape {a.shape}")
     if a.size == 0:
         raise InvalidArgumentError(f"{name} must hold at least one {what}")
-    if a.dtype.kind not in "iu":
-        raise TypeError(f"{name} must be integers, got dtype {a.dtype}")
     return a
 
 

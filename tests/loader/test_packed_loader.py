@@ -273,6 +273,29 @@ def test_any_packed_sampler_is_split_by_packs_and_its_offsets_are_checked(root):
     assert len(got) == 3
 
 
+@pytest.mark.parametrize(
+    ("packs", "error", "message"),
+    [
+        (2.0, TypeError, "the sampler's packs_per_step must be an integer, got float"),
+        (None, TypeError, "the sampler's packs_per_step must be an integer, got NoneType"),
+        ("2", TypeError, "the sampler's packs_per_step must be an integer, got str"),
+        (True, TypeError, "the sampler's packs_per_step must be an integer, got bool"),
+        (0, InvalidArgumentError, "the sampler's packs_per_step must be >= 1, got 0"),
+        (-4, InvalidArgumentError, "the sampler's packs_per_step must be >= 1, got -4"),
+    ],
+)
+def test_a_packed_samplers_count_that_is_no_integer_is_refused_at_construction(
+    root, packs, error, message
+):
+    # Such a count was taken as none: the Loader was made, and split the steps
+    # by packs anyway, failing at the first next().
+    streams = {"id": [Dense.open(root / "id") for _ in range(2)]}
+    with pytest.raises(error, match=message):
+        Loader(streams, _Custom([0, 3, 4], packs), workers=0)
+    with Loader(streams, _Custom([0, 3, 4], np.int64(2)), workers=0) as ld:
+        assert [np.from_dlpack(s["id"]).tolist() for s in next(ld)] == [[0, 1, 2], [3]]
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_without_a_transform_each_binding_gathers_whole_packs(root, workers):
     # workers > 0 with no transform: the steps are begun ahead of the consumer.

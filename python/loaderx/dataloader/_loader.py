@@ -4,8 +4,11 @@ step state, the workers, resume)."""
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Generic, NoReturn, TypeVar, overload
+
+import numpy as np
 
 from .. import _native
 from .._schema import check_int
@@ -34,10 +37,19 @@ def _batch_size(sampler: IndexSampler) -> int | None:
 
 
 def _packs_per_step(sampler: IndexSampler) -> int | None:
-    """The packs of each step when the sampler draws packs, else None."""
-    if isinstance(sampler, PackedSampler):
-        return exact_int(sampler.packs_per_step)
-    return None
+    """The packs of each step when the sampler draws packs, else None; a
+    packed sampler's count that is not an integer >= 1 is refused here, before
+    the first draw, since the steps are split by it."""
+    if not isinstance(sampler, PackedSampler):
+        return None
+    packs = sampler.packs_per_step
+    if not isinstance(packs, numbers.Integral) or isinstance(packs, (bool, np.bool_)):
+        raise TypeError(
+            f"the sampler's packs_per_step must be an integer, got {type(packs).__name__}"
+        )
+    if packs < 1:
+        raise InvalidArgumentError(f"the sampler's packs_per_step must be >= 1, got {packs}")
+    return int(packs)
 
 
 def _is_sampler(sampler: object) -> bool:
