@@ -324,6 +324,35 @@ def test_reports_arrive_at_the_period(store):
     assert steps - sum(r["steps"] for r in reports) <= 0.2 / 0.005 + 2
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_report_that_raises_loses_no_batch(store, workers):
+    # The callback ran after the step was counted as delivered, and its
+    # exception replaced the step's batch, which no call returned.
+    calls = []
+
+    def report(stats):
+        calls.append(stats["steps"])
+        if len(calls) == 1:
+            raise KeyError("logging backend down")
+
+    got = []
+    with Loader(
+        {"x": [store]},
+        Sampler(4096, 4, mode=SEQ),
+        workers=workers,
+        stats_every=1e-9,
+        on_stats=report,
+    ) as ld:
+        with pytest.raises(KeyError, match="logging backend down"):
+            while True:
+                got.append(np.from_dlpack(next(ld)[0]["x"])[:, 0].tolist())
+        # The report's step was returned; the error came at the call after it.
+        assert len(got) == 1
+        got.extend(np.from_dlpack(next(ld)[0]["x"])[:, 0].tolist() for _ in range(3))
+        assert ld.state_dict()["step"] == 4
+    assert got == [[16 * (4 * k + i) % 256 for i in range(4)] for k in range(4)]
+
+
 def test_the_default_report_is_one_line_on_stderr(store, capsys):
     s = Sampler(len(store), 64, SEQ)
     with Loader({"x": [store]}, s, workers=0, stats_every=0.05) as loader:

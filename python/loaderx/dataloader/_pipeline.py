@@ -154,6 +154,8 @@ class Pipeline(Generic[B, T]):
         self.started = False
         self.closed = False
         self.failed: BaseException | None = None
+        # What the on_stats callback raised at the last call, for the next.
+        self.report_error: Exception | None = None
         self.pid = os.getpid()
         # No transform and only stores' readers: the consumer begins the steps
         # ahead itself and no batch is handed between Python threads. A local
@@ -427,6 +429,10 @@ class Pipeline(Generic[B, T]):
     def next(self) -> T:
         self.check_process()
         self.check_open()
+        failed_report = self.report_error
+        if failed_report is not None:
+            self.report_error = None
+            raise failed_report
         rec = self.stats
         report = None
         if self.workers == 0 or self.ahead:
@@ -517,7 +523,13 @@ class Pipeline(Generic[B, T]):
                 value = done.value
         if report is not None:
             # Outside the lock: the callback may take its time, or call stats().
-            cast("Report", rec.report)(report)
+            try:
+                cast("Report", rec.report)(report)
+            except Exception as e:  # noqa: BLE001 - raised at the next call instead
+                # The step is delivered (counted, and in the resume state): its
+                # batch is returned, and the callback's error reaches the caller
+                # at its next call, before anything is drawn.
+                self.report_error = e
         return cast("T", value)
 
     def check_open_drawing(self) -> None:
