@@ -152,6 +152,12 @@ def test_construction_errors(streams):
         Loader({"label": [lab]}, Strided(4), prefetch=0)
     with pytest.raises(TypeError, match="prefetch must be an integer"):
         Loader({"label": [lab]}, Strided(4), prefetch=2.0)
+    # 2**63 raised NumPy's "Maximum allowed dimension exceeded", 2**40 its
+    # MemoryError, and 10**8 took a quarter of a second and 763 MiB to make.
+    for huge in (2**16 + 1, 2**40, 2**63):
+        with pytest.raises(ValueError, match=rf"prefetch must be at most 65536, got {huge}"):
+            Loader({"label": [lab]}, Strided(4), prefetch=huge)
+    assert Loader({"label": [lab]}, Strided(4), prefetch=2**16).prefetch == 2**16
     with pytest.raises(ValueError, match=r"workers must be in 0..1024, got -1"):
         Loader({"label": [lab]}, Strided(4), workers=-1)
     # A count no machine runs is refused, not started thread by thread.

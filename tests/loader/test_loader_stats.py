@@ -390,10 +390,16 @@ def test_format_stats_reads_a_stats_dict():
     )
 
 
-@pytest.mark.parametrize("every", [0, -1, math.nan, math.inf, True, "1"])
+# 1e300 raised OverflowError turning it into nanoseconds.
+@pytest.mark.parametrize("every", [0, -1, math.nan, math.inf, True, "1", 1e300, 10**9 + 1])
 def test_bad_periods_are_refused(store, every):
     with pytest.raises(InvalidArgumentError, match="stats_every must be a positive number"):
         Loader({"x": [store]}, Sampler(len(store), 8, SEQ), stats_every=every)
+
+
+def test_a_period_of_a_billion_seconds_is_taken(store):
+    with Loader({"x": [store]}, Sampler(len(store), 8, SEQ), stats_every=1e9) as ld:
+        next(ld)
 
 
 def test_a_callback_needs_a_period_and_must_be_callable(store):

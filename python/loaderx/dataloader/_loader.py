@@ -23,6 +23,12 @@ from ._streams import Streams
 
 #: The most worker threads a Loader starts.
 MAX_WORKERS: int = _native.MAX_THREADS
+#: Most batches ``prefetch`` may queue: far past any jitter worth absorbing, and
+#: small enough that the queue's statistics (an entry per possible length) cost
+#: nothing to hold.
+MAX_PREFETCH: int = 1 << 16
+#: Longest ``stats_every``, in seconds (about 31 years).
+MAX_STATS_EVERY: float = 1e9
 
 B = TypeVar("B")  # what one reader's gather returns
 T = TypeVar("T")  # what the consumer receives per step
@@ -69,9 +75,11 @@ def _check_reports(every: object, on_stats: object) -> float | None:
         or not isinstance(every, (int, float))
         or not math.isfinite(every)
         or every <= 0
+        or every > MAX_STATS_EVERY
     ):
         raise InvalidArgumentError(
-            f"stats_every must be a positive number of seconds, got {every!r}"
+            f"stats_every must be a positive number of seconds, at most {MAX_STATS_EVERY:.0f}, "
+            f"got {every!r}"
         )
     return float(every)
 
@@ -315,6 +323,8 @@ class Loader(Generic[B, T]):
         # so that a mistyped count is refused rather than started.
         w = check_int(workers, "workers", 0, MAX_WORKERS)
         p = check_int(prefetch, "prefetch", 1)
+        if p > MAX_PREFETCH:
+            raise InvalidArgumentError(f"prefetch must be at most {MAX_PREFETCH}, got {p}")
         s = check_int(seed, "seed", 0, MAX_SEED)
         every = _check_reports(stats_every, on_stats)
         self._pipeline = Pipeline(
