@@ -232,6 +232,23 @@ def test_input_bound_is_near_zero_for_a_consumer_slower_than_the_step(store):
     assert 3 <= q["mean"] <= 5 and 3 <= q["max"] <= 5
 
 
+@pytest.mark.parametrize(("workers", "prefetch"), [(1, 1), (2, 3)])
+def test_a_loader_always_ahead_fills_its_queue_without_a_transform(store, workers, prefetch):
+    # Without a transform the consumer begins the steps ahead itself; it began
+    # the step freed by the one it took only at its next call, so a loader
+    # always ahead showed at most capacity - 1 steps ready.
+    s = Sampler(len(store), 64, SEQ)
+    with Loader({"x": [store]}, s, workers=workers, prefetch=prefetch) as loader:
+        for _ in range(30):
+            loader.next()
+            time.sleep(0.01)
+        st = loader.stats()
+    q = st["queue"]
+    assert q["capacity"] == workers + prefetch
+    assert q["max"] == workers + prefetch
+    assert q["mean"] > workers + prefetch - 0.5
+
+
 def test_time_to_first_batch_counts_from_the_first_next(store):
     s = Sampler(len(store), 64, SEQ)
     with Loader({"x": [store]}, s, transform=sleeping(0.05), workers=0) as loader:

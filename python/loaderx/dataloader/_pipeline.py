@@ -542,10 +542,11 @@ class Pipeline(Generic[B, T]):
     def step_ahead(self, weight: int) -> tuple[T, Begun[B], int]:
         """The next step with no worker thread (under the draw lock): its value,
         its begun step, and, when its delivery is sampled (`weight` > 0), how
-        many begun steps were ready when it was asked for. Begins the steps up
-        to ``workers + prefetch`` ahead of the consumer, whose gathers run in
-        order on the background gather thread, then waits, with the GIL
-        released, for the oldest."""
+        many begun steps were ready when it was asked for. Takes the oldest of
+        the steps begun ahead of the consumer (``workers + prefetch`` of them,
+        whose gathers run in order on the background gather thread), begins the
+        step after the last, then waits, with the GIL released, for the one
+        taken."""
         begun = self.begun
         ready = 0
         if weight and begun:
@@ -557,8 +558,30 @@ class Pipeline(Generic[B, T]):
                     if not item.ready():
                         break
                     ready += 1
+        if not begun:
+            self.begin_ahead(self.delivered, weight)
+        item = begun.popleft()
+        if item.error is not None:
+            raise item.error
+        # The slot this step frees is filled now, so that the steps begun ahead
+        # while the consumer works on this one are `workers + prefetch`, as many
+        # as the batches the loader may hold besides the consumer's.
+        self.begin_ahead(self.delivered + 1, weight)
+        if item.weight and self.remote_ahead:
+            t0 = clock()
+            shards = self.completed(item)
+            item.fetch_ns = clock() - t0
+        else:
+            shards = self.completed(item)
+        return cast("T", shards), item, ready
+
+    def begin_ahead(self, delivered: int, weight: int) -> None:
+        """Begins the steps up to ``workers + prefetch`` ahead of `delivered`
+        (the step the consumer takes next), until one fails to begin, and warms
+        the steps after them."""
+        begun = self.begun
         limit = self.workers + self.prefetch
-        while self.claimed - self.delivered < limit and (not begun or begun[-1].error is None):
+        while self.claimed - delivered < limit and (not begun or begun[-1].error is None):
             step = self.claimed
             self.claimed += 1
             try:
@@ -568,16 +591,6 @@ class Pipeline(Generic[B, T]):
             begun.append(item)
         if self.read_ahead is not None:
             self.read_ahead.advance(self.claimed)
-        item = begun.popleft()
-        if item.error is not None:
-            raise item.error
-        if item.weight and self.remote_ahead:
-            t0 = clock()
-            shards = self.completed(item)
-            item.fetch_ns = clock() - t0
-        else:
-            shards = self.completed(item)
-        return cast("T", shards), item, ready
 
     def record(
         self,
