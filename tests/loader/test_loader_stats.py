@@ -249,6 +249,27 @@ def test_a_loader_always_ahead_fills_its_queue_without_a_transform(store, worker
     assert q["mean"] > workers + prefetch - 0.5
 
 
+@pytest.mark.parametrize("workers", [0, 1])
+def test_the_wait_of_a_next_that_raises_counts(store, workers):
+    # input_bound is the share of the time spent inside next(): a next() that
+    # raised after waiting 0.3 s for its step was left out of the wait.
+    def transform(shards, step):
+        time.sleep(0.3)
+        if step.step == 1:
+            raise KeyError("bad record")
+        return shards
+
+    s = Sampler(len(store), 8, SEQ)
+    with Loader({"x": [store]}, s, transform=transform, workers=workers) as loader:
+        loader.next()
+        with pytest.raises(KeyError):
+            loader.next()
+        st = loader.stats()
+    assert st["steps"] == 1
+    assert st["wait"]["total_s"] > 0.55
+    assert st["input_bound"] > 0.9
+
+
 def test_time_to_first_batch_counts_from_the_first_next(store):
     s = Sampler(len(store), 64, SEQ)
     with Loader({"x": [store]}, s, transform=sleeping(0.05), workers=0) as loader:

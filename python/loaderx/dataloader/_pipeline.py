@@ -462,6 +462,8 @@ class Pipeline(Generic[B, T]):
                         del begun
                         value = done.value
                 except BaseException as e:
+                    # The consumer waited inside this call all the same.
+                    rec.waited += clock() - called
                     self.check_open_drawing()
                     self.failed = e
                     self.begun.clear()
@@ -509,6 +511,7 @@ class Pipeline(Generic[B, T]):
                 step = self.delivered
                 done = self.done.pop(step)
                 if done.error is not None:
+                    rec.waited += clock() - called
                     self.failed = done.error
                     self.cond.notify_all()
                     raise done.error
