@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Generator, Iterable
 from contextlib import contextmanager
@@ -26,6 +27,9 @@ from ._plan import Job
 PARTS_DIR: str = _native.PARTS_DIR
 #: The driver's heartbeat object in a job prefix in object storage.
 HEARTBEAT_FILE = "heartbeat"
+#: Longest a failed local write goes on removing what tasks of the failed job,
+#: not stopped yet by their engine, add to its build directory.
+LATE_TASKS_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -72,13 +76,36 @@ def local_build(dest: str) -> Generator[tuple[_native.BuildDir, str]]:
     if os.path.lexists(dest):
         raise StoreExistsError(f"{dest}: already exists; a write makes a new path")
     build = _native.BuildDir(dest)
-    parts = os.path.join(os.fspath(build.path), PARTS_DIR)
+    path = os.fspath(build.path)
+    parts = os.path.join(path, PARTS_DIR)
     try:
         os.mkdir(parts)
         yield build, parts
     except BaseException:
+        # Renamed first: a task of the failed job still writing finds no
+        # directory at the paths it knows, and adds nothing more to remove.
+        try:
+            os.rename(parts, parts + ".discarded")
+        except OSError:
+            pass
         build.discard()
+        _remove_after_late_tasks(path)
         raise
+
+
+def _remove_after_late_tasks(path: str) -> None:
+    """Removes what is left of the discarded build directory `path`. An engine
+    reports a failed job before it has stopped the job's other tasks, and a
+    task writing its part meanwhile (into a file it opened before its parts
+    directory was renamed away) can fill a directory between the removal's
+    look into it and its removal, which then fails and leaves the build
+    directory. So the removal is repeated while anything is left, for at most
+    `LATE_TASKS_S`."""
+    until = time.monotonic() + LATE_TASKS_S
+    while os.path.lexists(path) and time.monotonic() < until:
+        shutil.rmtree(path, ignore_errors=True)
+        if os.path.lexists(path):
+            time.sleep(0.01)
 
 
 def _empty_store(job: Job, column: int, path: str) -> None:
