@@ -4,11 +4,8 @@ step state, the workers, resume)."""
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Generic, NoReturn, TypeVar, overload
-
-import numpy as np
 
 from .. import _native
 from .._schema import check_int
@@ -48,14 +45,7 @@ def _packs_per_step(sampler: IndexSampler) -> int | None:
     the first draw, since the steps are split by it."""
     if not isinstance(sampler, PackedSampler):
         return None
-    packs = sampler.packs_per_step
-    if not isinstance(packs, numbers.Integral) or isinstance(packs, (bool, np.bool_)):
-        raise TypeError(
-            f"the sampler's packs_per_step must be an integer, got {type(packs).__name__}"
-        )
-    if packs < 1:
-        raise InvalidArgumentError(f"the sampler's packs_per_step must be >= 1, got {packs}")
-    return int(packs)
+    return check_int(sampler.packs_per_step, "the sampler's packs_per_step", 1)
 
 
 def _is_sampler(sampler: object) -> bool:

@@ -12,6 +12,14 @@ fn plant(c: &Cache, block: u64, text: &str, age: Duration) {
     f.set_modified(SystemTime::now() - age).unwrap();
 }
 
+/// A runtime on the calling thread, with timers, for the waits under test.
+fn timer_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+}
+
 /// The id of a process that has exited.
 fn gone_pid() -> u32 {
     let mut child = std::process::Command::new("true").spawn().unwrap();
@@ -129,10 +137,7 @@ fn no_claim_through_a_link_or_over_something_else() {
 
 #[test]
 fn a_waiter_returns_when_the_block_lands_or_the_claim_goes() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
+    let rt = timer_runtime();
     let d = tempfile::tempdir().unwrap();
     let c = std::sync::Arc::new(Cache::open(d.path(), 1 << 20, 16).unwrap());
     plant(&c, 0, "1@another-host", Duration::ZERO);
@@ -187,10 +192,7 @@ fn eviction_removes_claims_left_by_killed_writers_only_when_old() {
 
 #[test]
 fn a_waiter_gives_up_at_its_bound_while_the_claim_stands() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
+    let rt = timer_runtime();
     let d = tempfile::tempdir().unwrap();
     let c = Cache::open(d.path(), 1 << 20, 16).unwrap();
     plant(&c, 0, "1@another-host", Duration::ZERO);
